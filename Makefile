@@ -1,0 +1,51 @@
+# Poolscope: `make demo` runs the stack locally, `make test` runs the suite.
+# Both set up what is missing first: a .venv with the Python dependencies and
+# Debian's prometheus (which brings promtool) and victoria-metrics packages.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_ARGS ?=
+
+.PHONY: demo test lint bench setup venv system-deps clean
+
+demo: setup
+	$(PY) -m deploy.demo.cluster $(DEMO_ARGS)
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+lint: venv
+	$(PY) -m ruff check .
+
+bench: setup
+	$(PY) -m bench.run_all
+
+setup: venv system-deps
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Installs only what is missing; PROMETHEUS_BIN / PROMTOOL_BIN override PATH.
+system-deps:
+	@missing=""; \
+	[ -x "$$(command -v $${PROMETHEUS_BIN:-prometheus})" ] || missing="$$missing prometheus"; \
+	[ -x "$$(command -v $${PROMTOOL_BIN:-promtool})" ] || missing="$$missing prometheus"; \
+	command -v vmalert >/dev/null || missing="$$missing victoria-metrics"; \
+	command -v prometheus-node-exporter >/dev/null || missing="$$missing prometheus-node-exporter"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

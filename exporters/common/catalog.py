@@ -1,0 +1,250 @@
+"""The one list of every series Poolscope's exporters publish.
+
+Names, types, help and labels live here and nowhere else: the Instance and
+Proxy exporters, the fleet simulator, the recording rules' tests and
+`docs/metrics.md` all read them from this module, so a rename cannot drift
+between producer and consumer.
+
+Every family carries `source` (DESIGN.md: every series names its source) and
+the identity labels of its level: `proxy_id` always, `instance_id` where the
+series is about one Instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+Kind = Literal["gauge", "counter", "histogram"]
+
+INSTANCE_LABELS: tuple[str, ...] = ("proxy_id", "instance_id", "source")
+PROXY_LABELS: tuple[str, ...] = ("proxy_id", "source")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A metric family's contract: its name, type, meaning and label names."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+
+    def new(self) -> Metric:
+        """An empty client_python family, filled at scrape time by a collector."""
+        labels = list(self.labels)
+        if self.kind == "gauge":
+            return GaugeMetricFamily(self.name, self.help, labels=labels)
+        if self.kind == "counter":
+            # client_python appends `_total` itself; hand it the base name.
+            return CounterMetricFamily(self.name.removesuffix("_total"), self.help, labels=labels)
+        return HistogramMetricFamily(self.name, self.help, labels=labels)
+
+
+def _instance(name: str, kind: Kind, help_: str, *extra: str) -> Family:
+    return Family(name, kind, help_, (*INSTANCE_LABELS, *extra))
+
+
+def _proxy(name: str, kind: Kind, help_: str, *extra: str) -> Family:
+    return Family(name, kind, help_, (*PROXY_LABELS, *extra))
+
+
+# --- Instance exporter: host (source="psutil") -------------------------------
+HOST_CPU_UTILIZATION = _instance(
+    "poolscope_host_cpu_utilization_ratio", "gauge",
+    "Host CPU busy time over the last sample interval, 0..1 across all cores.")
+HOST_CPU_COUNT = _instance(
+    "poolscope_host_cpu_logical_count", "gauge", "Logical CPUs on the host.")
+HOST_MEMORY_TOTAL = _instance(
+    "poolscope_host_memory_total_bytes", "gauge", "Physical memory on the host.")
+HOST_MEMORY_USED = _instance(
+    "poolscope_host_memory_used_bytes", "gauge",
+    "Physical memory in use: total minus available.")
+HOST_MEMORY_AVAILABLE = _instance(
+    "poolscope_host_memory_available_bytes", "gauge",
+    "Memory that can be given to processes without swapping.")
+HOST_NETWORK_RECEIVE = _instance(
+    "poolscope_host_network_receive_bytes_total", "counter",
+    "Bytes received per interface, loopback excluded.", "device")
+HOST_NETWORK_TRANSMIT = _instance(
+    "poolscope_host_network_transmit_bytes_total", "counter",
+    "Bytes transmitted per interface, loopback excluded.", "device")
+
+# --- Instance exporter: GPUs (source="nvml") ---------------------------------
+GPU_LABELS = ("gpu", "gpu_uuid", "gpu_model")
+GPU_DEVICES = _instance(
+    "poolscope_gpu_devices", "gauge",
+    "GPUs NVML reports on the host; absent when NVML cannot be initialised.")
+GPU_HEALTHY = _instance(
+    "poolscope_gpu_healthy", "gauge",
+    "1 when every read of this GPU succeeded in the last sample, 0 when one failed "
+    "(its usage series are then absent: unhealthy is neither used nor free).", *GPU_LABELS)
+GPU_UTILIZATION = _instance(
+    "poolscope_gpu_utilization_ratio", "gauge",
+    "Fraction of the last sample period the GPU was busy, 0..1.", *GPU_LABELS)
+GPU_MEMORY_USED = _instance(
+    "poolscope_gpu_memory_used_bytes", "gauge", "GPU framebuffer memory in use.", *GPU_LABELS)
+GPU_MEMORY_TOTAL = _instance(
+    "poolscope_gpu_memory_total_bytes", "gauge", "GPU framebuffer memory in all.", *GPU_LABELS)
+GPU_POWER = _instance(
+    "poolscope_gpu_power_watts", "gauge", "GPU power draw.", *GPU_LABELS)
+GPU_TEMPERATURE = _instance(
+    "poolscope_gpu_temperature_celsius", "gauge", "GPU core temperature.", *GPU_LABELS)
+
+# --- Instance exporter: engine (source="engine:vllm" | "engine:sglang" | "engine:tgi")
+ENGINE_REQUESTS_RUNNING = _instance(
+    "poolscope_engine_requests_running", "gauge",
+    "Requests the engine is executing (in its running batch), summed over its "
+    "data-parallel ranks.")
+ENGINE_REQUESTS_WAITING = _instance(
+    "poolscope_engine_requests_waiting", "gauge",
+    "Requests queued inside the engine, summed over its data-parallel ranks.")
+ENGINE_KV_CACHE_USAGE = _instance(
+    "poolscope_engine_kv_cache_usage_ratio", "gauge",
+    "KV-cache blocks in use, 0..1, averaged over data-parallel ranks; absent for "
+    "engines that do not expose it (TGI).")
+ENGINE_REQUEST_SUCCESS = _instance(
+    "poolscope_engine_request_success_total", "counter",
+    "Requests the engine finished successfully (its own counter).")
+ENGINE_PROMPT_TOKENS = _instance(
+    "poolscope_engine_prompt_tokens_total", "counter", "Prompt tokens the engine processed.")
+ENGINE_GENERATION_TOKENS = _instance(
+    "poolscope_engine_generation_tokens_total", "counter",
+    "Tokens the engine generated.")
+
+# --- Instance exporter: capacity and admission --------------------------------
+INSTANCE_CAPACITY = _instance(
+    "poolscope_instance_capacity_requests", "gauge",
+    "Concurrent requests this Instance can run: source=configured (--capacity) or "
+    "source=learned (high-water mark of observed running requests).")
+ADMISSION_STATES = ("accepting", "degraded", "saturated", "draining", "unknown")
+INSTANCE_ADMISSION_STATE = _instance(
+    "poolscope_instance_admission_state", "gauge",
+    "1 for the Instance's current admission state, 0 for the others (a state set).",
+    "state")
+
+# --- Every exporter: collector health (node_exporter's pattern) ---------------
+# Per Instance exporter; the Proxy exporter has its own pair further down, since
+# its collectors belong to the Proxy, not to one Instance.
+COLLECTOR_SUCCESS = _instance(
+    "poolscope_collector_success", "gauge",
+    "1 when the collector's last sample succeeded, 0 when it failed.", "collector")
+COLLECTOR_LAST_SUCCESS = _instance(
+    "poolscope_collector_last_success_timestamp_seconds", "gauge",
+    "Wall-clock time of the collector's last successful sample (for people; rules "
+    "use the age below, which no host clock skew can fake).", "collector")
+COLLECTOR_SAMPLE_AGE = _instance(
+    "poolscope_collector_sample_age_seconds", "gauge",
+    "Seconds since the collector's last successful sample, measured on a monotonic "
+    "clock at scrape time; absent before the first success.", "collector")
+COLLECTOR_DURATION = _instance(
+    "poolscope_collector_duration_seconds", "gauge",
+    "How long the collector's last sample took.", "collector")
+COLLECTOR_ERRORS = _instance(
+    "poolscope_collector_errors_total", "counter",
+    "Failed samples by collector and reason.", "collector", "reason")
+
+# --- Proxy exporter: per Instance in the pool ---------------------------------
+PROXY_INSTANCE_REGISTERED = _instance(
+    "poolscope_proxy_instance_registered", "gauge",
+    "1 for every Instance registered with the Proxy (source=proxy_registry); the "
+    "series leaves with the Instance.")
+PROXY_INSTANCE_ALIVE = _instance(
+    "poolscope_proxy_instance_alive", "gauge",
+    "1 when the Instance heartbeat arrived within the Proxy's timeout, else 0.")
+PROXY_INSTANCE_LAST_HEARTBEAT = _instance(
+    "poolscope_proxy_instance_last_heartbeat_timestamp_seconds", "gauge",
+    "Wall-clock time of the Instance's last heartbeat at the Proxy.")
+PROXY_INSTANCE_HEARTBEAT_AGE = _instance(
+    "poolscope_proxy_instance_heartbeat_age_seconds", "gauge",
+    "Seconds since the Instance's last heartbeat, monotonic clock at scrape time.")
+PROXY_INSTANCE_LAST_RESOURCE_REPORT = _instance(
+    "poolscope_proxy_instance_last_resource_report_timestamp_seconds", "gauge",
+    "Wall-clock time the Proxy last received a resource report from the Instance; "
+    "absent when it never has.")
+PROXY_INSTANCE_CAPACITY = _instance(
+    "poolscope_proxy_instance_capacity_requests", "gauge",
+    "Concurrent requests the Proxy is configured to send the Instance "
+    "(source=configured); absent when not configured.")
+PROXY_INSTANCE_INFLIGHT = _instance(
+    "poolscope_proxy_instance_inflight_requests", "gauge",
+    "Requests the Proxy dispatched to the Instance that have not completed, failed "
+    "or been cancelled (source=proxy_dispatch).")
+PROXY_INSTANCE_REQUESTS = _instance(
+    "poolscope_proxy_instance_requests_total", "counter",
+    "Requests the Proxy dispatched to the Instance, by outcome "
+    "(ok | error | timeout | rejected | cancelled).", "outcome")
+PROXY_INSTANCE_REQUEST_DURATION = _instance(
+    "poolscope_proxy_instance_request_duration_seconds", "histogram",
+    "Time from dispatch to the Instance until the request completed.")
+PROXY_INSTANCE_LAST_DISPATCH = _instance(
+    "poolscope_proxy_instance_last_dispatch_timestamp_seconds", "gauge",
+    "Wall-clock time a request was last dispatched to the Instance; absent before "
+    "the first dispatch (unknown, not idle).")
+PROXY_INSTANCE_IDLE = _instance(
+    "poolscope_proxy_instance_idle_seconds", "gauge",
+    "Seconds since a request was last dispatched to the Instance, monotonic clock at "
+    "scrape time; absent before the first dispatch (unknown, not idle).")
+
+# --- Proxy exporter: the Proxy itself ----------------------------------------
+QUEUES = ("prepare", "ready")
+PROXY_QUEUE_DEPTH = _proxy(
+    "poolscope_proxy_queue_depth", "gauge",
+    "Requests waiting in the Proxy's queue, read live at scrape time.", "queue")
+PROXY_QUEUE_CAPACITY = _proxy(
+    "poolscope_proxy_queue_capacity", "gauge",
+    "Configured bound of the Proxy's queue (source=configured); absent when unbounded.",
+    "queue")
+PROXY_QUEUE_WAIT = _proxy(
+    "poolscope_proxy_queue_wait_seconds", "histogram",
+    "Time a request spent in the queue before leaving it (any way).", "queue")
+PROXY_QUEUE_OLDEST_AGE = _proxy(
+    "poolscope_proxy_queue_oldest_age_seconds", "gauge",
+    "Age of the oldest request now in the queue; absent when the queue is empty.",
+    "queue")
+PROXY_QUEUE_REJECTIONS = _proxy(
+    "poolscope_proxy_queue_rejections_total", "counter",
+    "Requests the queue turned away, by reason (full | timeout).", "queue", "reason")
+PROXY_REQUESTS = _proxy(
+    "poolscope_proxy_requests_total", "counter",
+    "Requests the Proxy accepted, by final outcome "
+    "(ok | error | timeout | rejected | cancelled).", "outcome")
+PROXY_COLLECTOR_SUCCESS = _proxy(
+    "poolscope_proxy_collector_success", "gauge",
+    "1 when the Proxy collector read its state, 0 when it failed.", "collector")
+PROXY_COLLECTOR_DURATION = _proxy(
+    "poolscope_proxy_collector_duration_seconds", "gauge",
+    "How long the Proxy collector's last read took.", "collector")
+
+OUTCOMES = ("ok", "error", "timeout", "rejected", "cancelled")
+
+# The `source` label's values. A series' source says which lower-layer module
+# measured it; `derived` marks values the exporter computes from measured ones.
+SOURCE_PSUTIL = "psutil"
+SOURCE_NVML = "nvml"
+SOURCE_CONFIGURED = "configured"
+SOURCE_LEARNED = "learned"
+SOURCE_DERIVED = "derived"
+SOURCE_EXPORTER = "exporter"
+SOURCE_PROXY_REGISTRY = "proxy_registry"
+SOURCE_PROXY_DISPATCH = "proxy_dispatch"
+SOURCE_PROXY_QUEUE = "proxy_queue"
+ENGINES = ("vllm", "sglang", "tgi")
+
+
+def engine_source(engine: str) -> str:
+    """The source label of series read from an engine's own /metrics."""
+    return f"engine:{engine}"
+
+
+def all_families() -> Sequence[Family]:
+    """Every family declared above, in declaration order."""
+    return [v for v in globals().values() if isinstance(v, Family)]

@@ -1,0 +1,180 @@
+"""Every field of the pool summary, and the rollup series it is read from.
+
+This table is the contract between `rules/` (which must produce each rollup),
+the bridges (which turn rollups into JSON), `/debug/pool_resource_sources`
+and `docs/metrics.md` (a test fails when they disagree). A field is added here
+or nowhere; none is ever renamed or removed (schema_version 1 is append-only).
+
+Rollups are stored in Prometheus' base units (ratios 0..1, bytes per second);
+`scale` turns them into the schema's units (percent, megabits per second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Classification(StrEnum):
+    """Seed 000's audit vocabulary: how much a field can be trusted."""
+
+    MEASURED = "real-time measured"
+    COUNTER = "runtime-maintained counter"
+    DERIVED = "derived from measured data"
+    CONFIGURED = "static configured"
+    PLACEHOLDER = "placeholder"
+    NOT_WIRED = "not wired"
+
+
+class Kind(StrEnum):
+    """How a rollup's value becomes a JSON value."""
+
+    NUMBER = "number"
+    COUNT = "count"  # an integer count of Instances
+    STATE = "state"  # a one-hot state set: the label whose series is 1 is the value
+
+
+@dataclass(frozen=True)
+class Field:
+    """One JSON field of the pool summary and where its value comes from."""
+
+    path: str  # "load.inflight_total"
+    rollup: str  # recording rule name, e.g. "proxy_pool:inflight_requests:sum"
+    classification: Classification
+    lower_layer: str  # the exporter series and module it is measured by
+    null_when: str  # why the field is null, in plain words
+    kind: Kind = Kind.NUMBER
+    matchers: dict[str, str] = field(default_factory=dict)  # extra label selection
+    scale: float = 1.0
+    state_label: str = ""  # for Kind.STATE: the label that names the state
+    group: str = ""  # metric_quality group: resource | load | queue | "" (none)
+
+    @property
+    def section(self) -> str:
+        return self.path.split(".", 1)[0]
+
+    @property
+    def key(self) -> str:
+        return self.path.split(".", 1)[1]
+
+
+PERCENT = 100.0
+BYTES_PER_S_TO_MBPS = 8 / 1e6
+
+_REGISTRY = "poolscope_proxy_instance_registered (proxy exporter, Proxy registry)"
+_ALIVE = "poolscope_proxy_instance_alive (proxy exporter, heartbeat timeout)"
+_HOST = "poolscope_collector_sample_age_seconds{collector=\"host\"} (instance exporter)"
+_CPU = "poolscope_host_cpu_utilization_ratio (instance exporter, psutil)"
+_MEM = "poolscope_host_memory_used_bytes / _total_bytes (instance exporter, psutil)"
+_GPU = "poolscope_gpu_utilization_ratio (instance exporter, NVML), healthy GPUs only"
+_GPU_MEM = "poolscope_gpu_memory_used_bytes / _total_bytes (instance exporter, NVML)"
+_NET = "poolscope_host_network_{}_bytes_total (instance exporter, psutil), rate over 1m"
+_QUEUE = "poolscope_proxy_queue_depth{{queue=\"{}\"}} (proxy exporter, queue read live)"
+_NO_PROXY = "the Proxy exporter is not scraped"
+_NO_RESOURCE = "no Instance of the pool has fresh resource data"
+_NO_GPU = "no healthy GPU in the pool (no NVML, no GPU, or every GPU failing its reads)"
+
+FIELDS: tuple[Field, ...] = (
+    # instances
+    Field("instances.total", "proxy_pool:instances:count", Classification.COUNTER,
+          _REGISTRY, _NO_PROXY, Kind.COUNT),
+    Field("instances.alive", "proxy_pool:instances_alive:count", Classification.MEASURED,
+          _ALIVE, _NO_PROXY, Kind.COUNT),
+    Field("instances.stale", "proxy_pool:instances_stale:count", Classification.MEASURED,
+          _ALIVE + ": registered but heartbeat timed out", _NO_PROXY, Kind.COUNT),
+    Field("instances.with_resource", "proxy_pool:instances_with_resource:count",
+          Classification.DERIVED, _HOST + ", registered and fresh", _NO_PROXY, Kind.COUNT),
+    Field("instances.missing_resource", "proxy_pool:instances_missing_resource:count",
+          Classification.DERIVED, _HOST + ": alive but no fresh resource data", _NO_PROXY,
+          Kind.COUNT),
+    Field("instances.idle", "proxy_pool:instances_idle:count", Classification.DERIVED,
+          "poolscope_proxy_instance_idle_seconds (proxy exporter, dispatch path)", _NO_PROXY,
+          Kind.COUNT),
+    Field("instances.idle_unknown", "proxy_pool:instances_idle_unknown:count",
+          Classification.DERIVED,
+          "registered Instances with no dispatch since the Proxy started", _NO_PROXY,
+          Kind.COUNT),
+    # load
+    Field("load.inflight_total", "proxy_pool:inflight_requests:sum", Classification.COUNTER,
+          "poolscope_proxy_instance_inflight_requests (proxy exporter, dispatch path)",
+          _NO_PROXY, group="load"),
+    Field("load.qps_1m_total", "proxy_pool:requests:rate1m", Classification.DERIVED,
+          "rate(poolscope_proxy_requests_total[1m]) (proxy exporter request counter)",
+          "the Proxy's request counter has fewer than two samples in the last minute",
+          group="load"),
+    Field("load.load_ratio", "proxy_pool:load:ratio", Classification.DERIVED,
+          "inflight_total / capacity", "inflight or capacity is unknown", group="load"),
+    Field("load.capacity", "proxy_pool:capacity_requests:sum", Classification.CONFIGURED,
+          "poolscope_proxy_instance_capacity_requests (configured) or "
+          "poolscope_instance_capacity_requests (configured | learned), alive Instances",
+          "no alive Instance has a configured or learned capacity", group="load"),
+    Field("load.queue_pressure", "proxy_pool:queue_pressure:ratio", Classification.DERIVED,
+          "queued requests / queue capacity, prepare and ready queues together",
+          "the Proxy's queues have no configured capacity", group="queue"),
+    Field("load.prepare_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
+          _QUEUE.format("prepare"), _NO_PROXY, matchers={"queue": "prepare"}, group="queue"),
+    Field("load.ready_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
+          _QUEUE.format("ready"), _NO_PROXY, matchers={"queue": "ready"}, group="queue"),
+    Field("load.saturation", "proxy_pool:saturation:ratio", Classification.DERIVED,
+          "max(queue_pressure, engine waiting / 5, KV-cache usage / 0.8), seed 004",
+          "neither queue pressure nor engine load is known", group="load"),
+    Field("load.engine_running_total", "proxy_pool:engine_requests_running:sum",
+          Classification.MEASURED,
+          "poolscope_engine_requests_running (instance exporter, engine /metrics)",
+          "no engine of the pool can be read", group="load"),
+    Field("load.engine_waiting_total", "proxy_pool:engine_requests_waiting:sum",
+          Classification.MEASURED,
+          "poolscope_engine_requests_waiting (instance exporter, engine /metrics)",
+          "no engine of the pool can be read", group="load"),
+    # utilization
+    Field("utilization.cpu_avg", "proxy_pool:cpu_utilization:avg", Classification.MEASURED,
+          _CPU, _NO_RESOURCE, scale=PERCENT, group="resource"),
+    Field("utilization.cpu_max", "proxy_pool:cpu_utilization:max", Classification.MEASURED,
+          _CPU, _NO_RESOURCE, scale=PERCENT, group="resource"),
+    Field("utilization.memory_used_ratio", "proxy_pool:memory_used:ratio",
+          Classification.MEASURED, _MEM, _NO_RESOURCE, group="resource"),
+    Field("utilization.gpu_util_avg", "proxy_pool:gpu_utilization:avg",
+          Classification.MEASURED, _GPU, _NO_GPU, scale=PERCENT, group="resource"),
+    Field("utilization.gpu_util_max", "proxy_pool:gpu_utilization:max",
+          Classification.MEASURED, _GPU, _NO_GPU, scale=PERCENT, group="resource"),
+    Field("utilization.gpu_mem_used_ratio", "proxy_pool:gpu_memory_used:ratio",
+          Classification.MEASURED, _GPU_MEM, _NO_GPU, group="resource"),
+    Field("utilization.network_rx_mbps_total", "proxy_pool:network_receive_bytes:rate1m",
+          Classification.DERIVED, _NET.format("receive"), _NO_RESOURCE,
+          scale=BYTES_PER_S_TO_MBPS, group="resource"),
+    Field("utilization.network_tx_mbps_total", "proxy_pool:network_transmit_bytes:rate1m",
+          Classification.DERIVED, _NET.format("transmit"), _NO_RESOURCE,
+          scale=BYTES_PER_S_TO_MBPS, group="resource"),
+    Field("utilization.kv_cache_usage_avg", "proxy_pool:kv_cache_usage:avg",
+          Classification.MEASURED,
+          "poolscope_engine_kv_cache_usage_ratio (instance exporter, engine /metrics)",
+          "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource"),
+    # health
+    Field("health.resource_freshness_s_avg", "proxy_pool:resource_freshness_seconds:avg",
+          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),
+    Field("health.resource_freshness_s_max", "proxy_pool:resource_freshness_seconds:max",
+          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),
+    Field("health.pool_admission_state", "proxy_pool:admission_state", Classification.DERIVED,
+          "poolscope_instance_admission_state (instance exporter), the best state any "
+          "alive Instance offers", "no alive Instance reports an admission state",
+          Kind.STATE, state_label="state"),
+)
+
+# Fields computed by the bridge from the others rather than read from a rollup.
+DATA_QUALITY_PATH = "health.data_quality"
+QUALITY_GROUPS = ("resource", "load", "queue")
+
+# metric_source keys (seed 000) and the field whose rollup's `source` label answers.
+METRIC_SOURCE_FIELDS: dict[str, str] = {
+    "inflight": "load.inflight_total",
+    "qps_1m": "load.qps_1m_total",
+    "resource": "utilization.cpu_avg",
+    "queue_depth": "load.prepare_queue_depth",
+}
+
+SECTIONS = ("instances", "load", "utilization", "health")
+
+
+def rollup_names() -> frozenset[str]:
+    """Every recording rule the bridges read."""
+    return frozenset(f.rollup for f in FIELDS)

@@ -1,0 +1,149 @@
+"""A real Prometheus for tests: Debian's binary on a free loopback port.
+
+Tests use the same rule files and scrape the same exporters as production; the
+only thing made up here is the port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted((REPO / "rules").glob("*.yml"))
+
+
+def binary(name: str) -> str:
+    """PROMETHEUS_BIN / PROMTOOL_BIN when set, else the one on PATH."""
+    env = os.environ.get(f"{name.upper()}_BIN")
+    found = env or shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found: run `make setup` (installs Debian's prometheus)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    """Block until `url` answers 200, or raise with the last error."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: subprocess.Popen[bytes]
+    workdir: Path
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query; returns the result vector, raises on an API error."""
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = repr(at)
+        return self._get("/api/v1/query", params)["result"]
+
+    def _get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.load(r)
+        if body.get("status") != "success":
+            raise RuntimeError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def targets_up(self) -> dict[str, float]:
+        """`up` per scrape URL."""
+        return {s["metric"]["instance"]: float(s["value"][1]) for s in self.query("up")}
+
+    def wait_for(self, promql: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Poll until the query returns a non-empty vector."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = self.query(promql)
+            if result:
+                return result
+            time.sleep(0.25)
+        raise TimeoutError(f"{promql!r} returned nothing within {timeout}s")
+
+
+def scrape_config(job: str, targets: Sequence[str], interval: str = "1s",
+                  labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A static scrape job; honor_labels keeps the exporters' proxy_id/instance_id."""
+    return {
+        "job_name": job,
+        "scrape_interval": interval,
+        "scrape_timeout": interval,
+        "honor_labels": True,
+        "static_configs": [{"targets": list(targets), "labels": labels or {}}],
+    }
+
+
+@contextmanager
+def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
+                       rule_files: Sequence[Path] = RULE_FILES,
+                       evaluation_interval: str = "1s") -> Iterator[Prometheus]:
+    """Start Prometheus with these jobs and rules; stop its process group after."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": evaluation_interval},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": list(scrape_configs),
+    }
+    config_path = workdir / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [binary("prometheus"), f"--config.file={config_path}",
+         f"--storage.tsdb.path={workdir / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
+         "--storage.tsdb.retention.time=1h"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    prom = Prometheus(f"http://127.0.0.1:{port}", proc, workdir)
+    try:
+        wait_http(f"{prom.url}/-/ready")
+        yield prom
+    finally:
+        stop_group(proc)
+        log.close()
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM the process group we started, SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
