@@ -51,7 +51,7 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
                     return
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
+        except Exception as e:
             last = e
         time.sleep(0.1)
     raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
