@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -22,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from deploy.demo.processes import port_or_free, stop_group, wait_ready
+
+__all__ = ["free_port", "running_prometheus", "scrape_config", "stop_group", "wait_http"]
 
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.yml"))
@@ -37,24 +39,12 @@ def binary(name: str) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return port_or_free(0)
 
 
 def wait_http(url: str, timeout: float = 30.0) -> None:
     """Block until `url` answers 200, or raise with the last error."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception as e:
-            last = e
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
+    wait_ready(url, timeout=timeout)
 
 
 @dataclass
@@ -133,17 +123,3 @@ def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
     finally:
         stop_group(proc)
         log.close()
-
-
-def stop_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    """SIGTERM the process group we started, SIGKILL if it lingers."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass

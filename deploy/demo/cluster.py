@@ -1,0 +1,217 @@
+"""`make demo`: the whole stack on loopback, with load, for a fixed time or until Ctrl-C.
+
+Per Proxy pool: a demo Proxy and its Instances, each Instance a simulated
+engine plus the real Instance exporter in front of it. A real Prometheus runs
+the project's rule files over them (targets through file-based service
+discovery, as in `deploy/prometheus/`), the Scheduler and Proxy bridges serve
+the pool summaries, and an open-loop load generator gives each pool its own
+rate so the pools visibly differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = sorted((REPO / "rules").glob("*.yml"))
+
+
+@dataclass(frozen=True)
+class Pool:
+    proxy_id: str
+    proxy_url: str
+    exporter_urls: tuple[str, ...]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="poolscope-demo", description=__doc__.splitlines()[0])
+    p.add_argument("--proxies", type=int, default=2, help="Proxy pools (default 2)")
+    p.add_argument("--instances", type=int, default=3, help="Instances per pool (default 3)")
+    p.add_argument("--duration", type=float, default=0.0,
+                   help="seconds to run, then stop cleanly; 0 runs until Ctrl-C")
+    p.add_argument("--rate", type=float, default=4.0,
+                   help="requests/s sent to the first pool; pool k gets rate*(k+1)")
+    p.add_argument("--prometheus-port", type=int, default=9090,
+                   help="preferred port; a free one is used when it is taken")
+    p.add_argument("--scheduler-bridge-port", type=int, default=7002)
+    p.add_argument("--scrape-interval", type=float, default=2.0)
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="logs, Prometheus data and config (default: a temporary folder)")
+    p.add_argument("--prometheus-bin", default=None,
+                   help="Prometheus binary (default: $PROMETHEUS_BIN or `prometheus` on PATH)")
+    args = p.parse_args(argv)
+    if args.proxies < 1 or args.instances < 1:
+        p.error("--proxies and --instances must be at least 1")
+    if args.duration < 0 or args.rate < 0 or args.scrape_interval <= 0:
+        p.error("--duration and --rate must be >= 0, --scrape-interval > 0")
+    return args
+
+
+def prometheus_binary(explicit: str | None) -> str:
+    found = explicit or os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus")
+    if not found:
+        raise SystemExit("poolscope-demo: prometheus not found; run `make demo` (it installs "
+                         "Debian's prometheus package) or pass --prometheus-bin")
+    return found
+
+
+def prometheus_config(workdir: Path, interval: float, pools: Sequence[Pool],
+                      extra_jobs: dict[str, str]) -> Path:
+    """Write file_sd target files and prometheus.yml; return the config path."""
+    sd = workdir / "file_sd"
+    sd.mkdir(exist_ok=True)
+    instances = [{"targets": [u.removeprefix("http://") for u in pool.exporter_urls],
+                  "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
+    proxies = [{"targets": [pool.proxy_url.removeprefix("http://")],
+                "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
+    (sd / "instances.json").write_text(json.dumps(instances, indent=1))
+    (sd / "proxies.json").write_text(json.dumps(proxies, indent=1))
+    step = f"{interval:g}s"
+
+    def job(name: str, sd_file: str) -> dict[str, object]:
+        # honor_labels: the exporters' own proxy_id / instance_id are the truth.
+        return {"job_name": name, "honor_labels": True,
+                "file_sd_configs": [{"files": [str(sd / sd_file)]}]}
+
+    config = {
+        "global": {"scrape_interval": step, "scrape_timeout": step, "evaluation_interval": step},
+        "rule_files": [str(r) for r in RULES],
+        "scrape_configs": [
+            job("poolscope-instance", "instances.json"),
+            job("poolscope-proxy", "proxies.json"),
+            *({"job_name": name, "static_configs": [{"targets": [target]}]}
+              for name, target in extra_jobs.items()),
+        ],
+    }
+    path = workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
+    """Proxies first (Instances register with them), then engines and exporters."""
+    pools = []
+    interval = f"{min(1.0, args.scrape_interval):g}"
+    for p in range(args.proxies):
+        proxy_id = f"pool-{p + 1}"
+        port = port_or_free(0)
+        proxy_url = f"http://127.0.0.1:{port}"
+        child = group.start_python(f"proxy-{p + 1}", "deploy.demo.proxy",
+                                   "--proxy-id", proxy_id, "--listen", f"127.0.0.1:{port}",
+                                   "--prepare-capacity", "64", "--ready-capacity", "64")
+        wait_ready(f"{proxy_url}/healthz", child)
+        exporters = []
+        for i in range(args.instances):
+            instance_id = f"{proxy_id}-inst-{i + 1}"
+            engine_port, exporter_port = port_or_free(0), port_or_free(0)
+            engine = group.start_python(
+                f"engine-{instance_id}", "deploy.demo.engine_sim",
+                "--listen", f"127.0.0.1:{engine_port}", "--model", "demo-llama-8b",
+                "--max-running", "8", "--max-waiting", "64",
+                "--register-url", proxy_url, "--instance-id", instance_id, "--capacity", "8",
+                "--seed", str(p * 100 + i))
+            wait_ready(f"http://127.0.0.1:{engine_port}/health", engine)
+            exporter = group.start_python(
+                f"exporter-{instance_id}", "exporters.instance",
+                "--instance-id", instance_id, "--proxy-id", proxy_id,
+                "--listen", f"127.0.0.1:{exporter_port}",
+                "--engine-metrics-url", f"http://127.0.0.1:{engine_port}/metrics",
+                "--engine", "vllm", "--sample-interval", interval)
+            exporter_url = f"http://127.0.0.1:{exporter_port}"
+            wait_ready(f"{exporter_url}/healthz", exporter)
+            exporters.append(exporter_url)
+        pools.append(Pool(proxy_id, proxy_url, tuple(exporters)))
+    return pools
+
+
+def run(args: argparse.Namespace) -> int:
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="poolscope-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "logs").mkdir(exist_ok=True)
+    group = ProcessGroup(workdir / "logs")
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        pools = start_pools(group, args)
+        prom_port = port_or_free(args.prometheus_port)
+        prom_url = f"http://127.0.0.1:{prom_port}"
+        sched_port = port_or_free(args.scheduler_bridge_port)
+        sched_url = f"http://127.0.0.1:{sched_port}"
+        config = prometheus_config(workdir, args.scrape_interval, pools,
+                                   {"poolscope-scheduler-bridge": f"127.0.0.1:{sched_port}"})
+        prom = group.start("prometheus", [
+            prometheus_binary(args.prometheus_bin), f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}"])
+        wait_ready(f"{prom_url}/-/ready", prom)
+        bridge = group.start_python(
+            "scheduler-bridge", "scheduler_bridge", "--prometheus-url", prom_url,
+            "--listen", f"127.0.0.1:{sched_port}")
+        wait_ready(f"{sched_url}/healthz", bridge)
+        load_args = [a for k, pool in enumerate(pools)
+                     for a in ("--target", f"{pool.proxy_url}={args.rate * (k + 1):g}")]
+        group.start_python("loadgen", "deploy.demo.loadgen", *load_args,
+                           "--duration", f"{args.duration or 10 ** 7:g}")
+        print_urls(workdir, prom_url, sched_url, pools)
+        return wait(group, args.duration, stop)
+    except (RuntimeError, TimeoutError) as e:
+        print(f"poolscope-demo: {e}", file=sys.stderr)
+        return 1
+    finally:
+        group.stop()
+        print(f"poolscope-demo: stopped {len(group.children)} processes; logs in {workdir}")
+
+
+def print_urls(workdir: Path, prom_url: str, sched_url: str, pools: Sequence[Pool]) -> None:
+    lines = [
+        "Poolscope demo is running:",
+        f"  Prometheus        {prom_url}  (try: proxy_pool:load:ratio)",
+        f"  Scheduler bridge  {sched_url}/debug/proxy_pool_resources",
+        f"                    {sched_url}/debug/pool_resource_sources",
+    ]
+    for pool in pools:
+        lines.append(f"  {pool.proxy_id:<17} proxy {pool.proxy_url}/metrics")
+        lines.extend(f"  {'':<17} exporter {u}/metrics" for u in pool.exporter_urls)
+    lines.append(f"  logs              {workdir / 'logs'}")
+    print("\n".join(lines), flush=True)
+
+
+def wait(group: ProcessGroup, duration: float, stop: dict[str, bool]) -> int:
+    """Run until the duration ends or a signal arrives; a dead child fails the demo."""
+    deadline = time.monotonic() + duration if duration else float("inf")
+    while not stop["now"] and time.monotonic() < deadline:
+        dead = [c for c in group.dead() if c.name != "loadgen" or c.process.returncode]
+        if dead:
+            for c in dead:
+                print(f"poolscope-demo: {c.name} exited ({c.process.returncode}); "
+                      f"see {c.log_path}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Child processes the demo starts, and only those, stopped by process group.
+
+Each child gets its own session (so its process group id is its pid); on exit
+the demo signals exactly those groups. Nothing else on the machine is touched,
+whatever else happens to listen on the same ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def port_or_free(preferred: int, host: str = "127.0.0.1") -> int:
+    """`preferred` when it can be bound now, else a free port the kernel picks."""
+    for candidate in (preferred, 0) if preferred else (0,):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, candidate))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port")  # unreachable: port 0 always binds
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@dataclass
+class ProcessGroup:
+    """Starts children with logs in `logdir`; `stop()` ends their groups."""
+
+    logdir: Path
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str]) -> Child:
+        log_path = self.logdir / f"{name}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        child = Child(name, proc, log_path)
+        self.children.append(child)
+        return child
+
+    def start_python(self, name: str, module: str, *args: str) -> Child:
+        return self.start(name, [sys.executable, "-m", module, *args])
+
+    def dead(self) -> list[Child]:
+        return [c for c in self.children if c.process.poll() is not None]
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM every group we started, then SIGKILL what outlives `grace`."""
+        for child in self.children:
+            _signal_group(child.process, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in self.children:
+            stop_group(child.process, max(0.0, deadline - time.monotonic()))
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM a child's process group (it was started in its own session), then
+    SIGKILL it if it outlives `grace`."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_ready(url: str, child: Child | None = None, timeout: float = 30.0) -> None:
+    """Wait until `url` answers 200; fail fast, with the log tail, if the child died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child is not None and child.process.poll() is not None:
+            raise RuntimeError(f"{child.name} exited with {child.process.returncode}; "
+                               f"log {child.log_path}:\n{log_tail(child.log_path)}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    where = f"; log {child.log_path}:\n{log_tail(child.log_path)}" if child else ""
+    raise TimeoutError(f"{url} not ready after {timeout}s{where}")
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"(log unreadable: {e})"
