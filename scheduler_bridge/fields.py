@@ -162,6 +162,10 @@ FIELDS: tuple[Field, ...] = (
 
 # Fields computed by the bridge from the others rather than read from a rollup.
 DATA_QUALITY_PATH = "health.data_quality"
+# The rules' own verdict, a one-hot state set; the bridge reports the worse of it and
+# what the nulls say (never "complete" while a field is null).
+DATA_QUALITY_ROLLUP = "proxy_pool:data_quality"
+DATA_QUALITY_LABEL = "quality"
 QUALITY_GROUPS = ("resource", "load", "queue")
 
 # metric_source keys (seed 000) and the field whose rollup's `source` label answers.
@@ -177,4 +181,4 @@ SECTIONS = ("instances", "load", "utilization", "health")
 
 def rollup_names() -> frozenset[str]:
     """Every recording rule the bridges read."""
-    return frozenset(f.rollup for f in FIELDS)
+    return frozenset({*(f.rollup for f in FIELDS), DATA_QUALITY_ROLLUP})

@@ -18,7 +18,8 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,18 +139,21 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
     return pools
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Cluster:
+    workdir: Path
+    prometheus_url: str
+    scheduler_bridge_url: str
+    pools: tuple[Pool, ...]
+    group: ProcessGroup
+
+
+@contextmanager
+def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
+    """Start the whole stack; stop exactly what was started when the block ends."""
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="poolscope-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "logs").mkdir(exist_ok=True)
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
     group = ProcessGroup(workdir / "logs")
-    stop = {"now": False}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     try:
         pools = start_pools(group, args)
         prom_port = port_or_free(args.prometheus_port)
@@ -169,29 +173,46 @@ def run(args: argparse.Namespace) -> int:
         wait_ready(f"{sched_url}/healthz", bridge)
         load_args = [a for k, pool in enumerate(pools)
                      for a in ("--target", f"{pool.proxy_url}={args.rate * (k + 1):g}")]
-        group.start_python("loadgen", "deploy.demo.loadgen", *load_args,
-                           "--duration", f"{args.duration or 10 ** 7:g}")
-        print_urls(workdir, prom_url, sched_url, pools)
-        return wait(group, args.duration, stop)
+        if args.rate:
+            group.start_python("loadgen", "deploy.demo.loadgen", *load_args,
+                               "--duration", f"{args.duration or 10 ** 7:g}")
+        yield Cluster(workdir, prom_url, sched_url, tuple(pools), group)
+    finally:
+        group.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with running_cluster(args) as cluster:
+            print_urls(cluster)
+            code = wait(cluster.group, args.duration, stop)
     except (RuntimeError, TimeoutError) as e:
         print(f"poolscope-demo: {e}", file=sys.stderr)
         return 1
-    finally:
-        group.stop()
-        print(f"poolscope-demo: stopped {len(group.children)} processes; logs in {workdir}")
+    print(f"poolscope-demo: stopped {len(cluster.group.children)} processes; "
+          f"logs in {cluster.workdir / 'logs'}")
+    return code
 
 
-def print_urls(workdir: Path, prom_url: str, sched_url: str, pools: Sequence[Pool]) -> None:
+def print_urls(cluster: Cluster) -> None:
+    prom_url, sched_url = cluster.prometheus_url, cluster.scheduler_bridge_url
     lines = [
         "Poolscope demo is running:",
         f"  Prometheus        {prom_url}  (try: proxy_pool:load:ratio)",
         f"  Scheduler bridge  {sched_url}/debug/proxy_pool_resources",
         f"                    {sched_url}/debug/pool_resource_sources",
     ]
-    for pool in pools:
+    for pool in cluster.pools:
         lines.append(f"  {pool.proxy_id:<17} proxy {pool.proxy_url}/metrics")
         lines.extend(f"  {'':<17} exporter {u}/metrics" for u in pool.exporter_urls)
-    lines.append(f"  logs              {workdir / 'logs'}")
+    lines.append(f"  logs              {cluster.workdir / 'logs'}")
     print("\n".join(lines), flush=True)
 
 

@@ -62,7 +62,7 @@ HOST_CPU_UTILIZATION = _instance(
     "poolscope_host_cpu_utilization_ratio", "gauge",
     "Host CPU busy time over the last sample interval, 0..1 across all cores.")
 HOST_CPU_COUNT = _instance(
-    "poolscope_host_cpu_logical_count", "gauge", "Logical CPUs on the host.")
+    "poolscope_host_cpus", "gauge", "Logical CPUs on the host.")
 HOST_MEMORY_TOTAL = _instance(
     "poolscope_host_memory_total_bytes", "gauge", "Physical memory on the host.")
 HOST_MEMORY_USED = _instance(

@@ -1,0 +1,21 @@
+"""Proxy exporter: what a Proxy knows about its pool, read at scrape time.
+
+See `exporter.ProxyExporter` for the embedding API.
+"""
+
+from exporters.proxy.dispatch import Dispatch, DispatchTracker, Request, UnknownInstance
+from exporters.proxy.exporter import ProxyExporter
+from exporters.proxy.queues import QueueMetrics, Ticket
+from exporters.proxy.registry import Instance, InstanceRegistry
+
+__all__ = [
+    "Dispatch",
+    "DispatchTracker",
+    "Instance",
+    "InstanceRegistry",
+    "ProxyExporter",
+    "QueueMetrics",
+    "Request",
+    "Ticket",
+    "UnknownInstance",
+]

@@ -49,9 +49,11 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
 
 @dataclass
 class Prometheus:
+    """The HTTP API of a Prometheus; `process` is set when this test started it."""
+
     url: str
-    process: subprocess.Popen[bytes]
     workdir: Path
+    process: subprocess.Popen[bytes] | None = None
 
     def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
         """Instant query; returns the result vector, raises on an API error."""
@@ -116,7 +118,7 @@ def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
          f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
          "--storage.tsdb.retention.time=1h"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    prom = Prometheus(f"http://127.0.0.1:{port}", proc, workdir)
+    prom = Prometheus(f"http://127.0.0.1:{port}", workdir, proc)
     try:
         wait_http(f"{prom.url}/-/ready")
         yield prom

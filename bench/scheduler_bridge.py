@@ -1,0 +1,167 @@
+"""What the Scheduler bridge costs on top of the one query it makes.
+
+`python -m bench.scheduler_bridge --pools 10,100,1000`: for each pool count, a real
+Prometheus scrapes a target serving every `proxy_pool:*` rollup of N pools; the
+bridge runs as its own process with the cache disabled (--cache-ttl 0, so every
+request is a full refresh); requests alternate between the bridge's
+/debug/proxy_pool_resources and one raw /api/v1/query for the same selector at the
+same kind of evaluation time. Prints a markdown table of medians, p99s and ratios.
+Target: bridge <= 1.25x the raw query at 1,000 pools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
+from scheduler_bridge.queries import SNAPSHOT_QUERY
+from tests.scheduler_bridge.canned import Series, series
+from tests.scheduler_bridge.rollup_target import rollup_target
+from tests.support.prometheus import (
+    REPO,
+    free_port,
+    running_prometheus,
+    scrape_config,
+    wait_http,
+)
+
+
+def fleet(pools: int) -> list[Series]:
+    """Every rollup of `pools` pools with varied, realistic values."""
+    out: list[Series] = []
+    for i in range(pools):
+        pid = f"hp_10.{i // 250}.{i % 250}.1:8001"
+        for j, f in enumerate(FIELDS):
+            if f.kind is Kind.STATE:
+                for k, state in enumerate(("accepting", "draining", "rejecting")):
+                    out.append(series(f.rollup, pid, "1" if k == i % 3 else "0", "derived",
+                                      **{f.state_label: state}))
+                continue
+            value = str(i % 8) if f.kind is Kind.COUNT else f"{(i * 31 + j) % 1000 / 997:.6g}"
+            out.append(series(f.rollup, pid, value, "psutil", **f.matchers))
+        for k, quality in enumerate(("complete", "partial", "missing")):
+            out.append(series(DATA_QUALITY_ROLLUP, pid, "1" if k == 0 else "0", "derived",
+                              **{DATA_QUALITY_LABEL: quality}))
+    return out
+
+
+@dataclass
+class Row:
+    pools: int
+    series: int
+    raw: list[float]
+    bridge: list[float]
+    raw_bytes: int
+    bridge_bytes: int
+
+
+def p99(xs: Sequence[float]) -> float:
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+async def _timed_get(session: aiohttp.ClientSession, url: str,
+                     params: dict[str, str] | None = None) -> tuple[float, int]:
+    started = time.perf_counter()
+    async with session.get(url, params=params) as resp:
+        body = await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {body[:300]!r}")
+    return time.perf_counter() - started, len(body)
+
+
+async def measure(pools: int, requests: int, workdir: Path, shards: int) -> Row:
+    vector = fleet(pools)
+    async with rollup_target(vector) as target:
+        job = scrape_config("rollups", [target], interval="2s")
+        # Recording rules aggregate by proxy_id and source: their series carry no
+        # job/instance. Dropping them here stores exactly what the rules would.
+        job["metric_relabel_configs"] = [{"action": "labeldrop", "regex": "instance|job"}]
+        with running_prometheus(workdir / f"prom-{pools}", [job], rule_files=[]) as prom:
+            await asyncio.to_thread(_wait_for_series, prom, len(vector))
+            port = free_port()
+            bridge = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "scheduler_bridge", "--prometheus-url", prom.url,
+                "--listen", f"127.0.0.1:{port}", "--cache-ttl", "0", "--log-level", "WARNING",
+                "--query-shards", str(shards),
+                cwd=REPO)
+            try:
+                await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz")
+                return await _alternate(prom.url, f"http://127.0.0.1:{port}", pools,
+                                        len(vector), requests)
+            finally:
+                bridge.terminate()
+                await bridge.wait()
+
+
+def _wait_for_series(prom: object, expected: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(prom.query(SNAPSHOT_QUERY)) >= expected:  # type: ignore[attr-defined]
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"Prometheus did not ingest {expected} series")
+
+
+async def _alternate(prom_url: str, bridge_url: str, pools: int, n_series: int,
+                     requests: int) -> Row:
+    raw: list[float] = []
+    served: list[float] = []
+    raw_bytes = bridge_bytes = 0
+    # The bridge asks for identity encoding; so does the baseline, for a like-for-like body.
+    async with aiohttp.ClientSession(headers={"Accept-Encoding": "identity"}) as session:
+        for i in range(requests + 3):  # 3 warm-up rounds
+            params = {"query": SNAPSHOT_QUERY, "time": f"{time.time():.3f}"}
+            t_raw, raw_bytes = await _timed_get(session, f"{prom_url}/api/v1/query", params)
+            t_bridge, bridge_bytes = await _timed_get(
+                session, f"{bridge_url}/debug/proxy_pool_resources")
+            if i >= 3:
+                raw.append(t_raw)
+                served.append(t_bridge)
+    return Row(pools, n_series, raw, served, raw_bytes, bridge_bytes)
+
+
+def table(rows: Sequence[Row]) -> str:
+    lines = ["| pools | series | raw query median / p99 (ms) | bridge median / p99 (ms) "
+             "| ratio median | ratio p99 | raw / bridge body (KiB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rm, bm = statistics.median(r.raw), statistics.median(r.bridge)
+        rp, bp = p99(r.raw), p99(r.bridge)
+        lines.append(f"| {r.pools} | {r.series} | {rm * 1e3:.1f} / {rp * 1e3:.1f} "
+                     f"| {bm * 1e3:.1f} / {bp * 1e3:.1f} | {bm / rm:.2f}x | {bp / rp:.2f}x "
+                     f"| {r.raw_bytes // 1024} / {r.bridge_bytes // 1024} |")
+    return "\n".join(lines)
+
+
+async def run(pool_counts: Sequence[int], requests: int, shards: int) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="bench-scheduler-bridge-") as tmp:
+        return [await measure(n, requests, Path(tmp), shards) for n in pool_counts]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--pools", default="10,100,1000",
+                   help="comma-separated pool counts (default 10,100,1000)")
+    p.add_argument("--requests", type=int, default=60, help="measured requests of each kind")
+    p.add_argument("--query-shards", type=int, default=1,
+                   help="the bridge's --query-shards (default 1: one query)")
+    args = p.parse_args(argv)
+    rows = asyncio.run(run([int(n) for n in args.pools.split(",")], args.requests,
+                           args.query_shards))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

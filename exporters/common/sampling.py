@@ -1,0 +1,167 @@
+"""Background sampling: slow reads happen on a timer, scrapes read what is held.
+
+NVML calls and an engine's /metrics can take tens of milliseconds or hang
+outright. If a scrape waited on them, one stuck GPU driver would make the whole
+exporter look down (`up == 0`) and take every healthy series with it. So each
+reader runs in its own task at a fixed interval, bounded by a timeout; the
+scrape only copies the latest held sample. A failed sample drops what was held
+(measured or absent: the last good value is not re-served as if current) and
+the health board says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from prometheus_client.core import Metric
+
+from exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
+from exporters.common.identity import Identity
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+
+class SampleError(Exception):
+    """A read failed for a reason in the health vocabulary."""
+
+    def __init__(self, reason: ErrorReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Reader(Protocol[S]):
+    """One collector: reads a sample off the event loop's critical path, and turns
+    a held sample into families at scrape time.
+
+    `read` raises SampleError for failures it understands. A sample may carry
+    `read_errors` (a tuple of ErrorReason) for parts that failed while the
+    sample as a whole succeeded, e.g. one GPU of eight.
+    """
+
+    name: str
+    reasons: tuple[ErrorReason, ...]
+
+    async def read(self) -> S: ...
+
+    def families(self, sample: S, ids: Identity) -> Iterator[Metric]: ...
+
+
+@dataclass
+class Slot(Generic[S]):
+    """A reader, its health and the latest sample it produced (None: absent)."""
+
+    reader: Reader[S]
+    health: CollectorHealth
+    timeout: float
+    value: S | None = None
+    observers: list[Callable[[S], None]] = field(default_factory=list)
+    # A read that outlived its timeout. It is waited on again rather than
+    # started anew: a call stuck in a driver cannot be cancelled, and a fresh
+    # thread every tick would pile up until it starved the other collectors.
+    pending: asyncio.Future[S] | None = None
+
+    def families(self, ids: Identity) -> Iterator[Metric]:
+        if self.value is not None:
+            yield from self.reader.families(self.value, ids)
+
+
+class SamplingLoop:
+    """Runs every slot's reader on its own timer until stopped."""
+
+    def __init__(self, interval: float, board: HealthBoard,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        if interval <= 0:
+            raise ValueError("sample interval must be positive")
+        self.interval = interval
+        self.board = board
+        self._monotonic = monotonic
+        self._slots: list[Slot[object]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def add(self, reader: Reader[S], timeout: float | None = None) -> Slot[S]:
+        """Register a reader; `timeout` bounds one read (default: the interval)."""
+        slot: Slot[S] = Slot(reader, self.board.add(reader.name, reader.reasons),
+                             timeout if timeout is not None else self.interval)
+        self._slots.append(slot)  # type: ignore[arg-type]
+        return slot
+
+    async def sample(self, slot: Slot[S]) -> None:
+        """Take one sample into `slot` and record its health."""
+        start = self._monotonic()
+        if slot.pending is None:
+            slot.pending = asyncio.ensure_future(slot.reader.read())
+        read = slot.pending
+        try:
+            # shield: a timeout abandons the wait, not the read (see Slot.pending).
+            value = await asyncio.wait_for(asyncio.shield(read), slot.timeout)
+        except SampleError as e:
+            self._fail(slot, e.reason, e.detail, start)
+        except TimeoutError:
+            self._fail(slot, ErrorReason.TIMEOUT, f"no answer within {slot.timeout:g}s", start)
+        except Exception as e:  # a reader bug must not stop the other collectors
+            log.exception("collector %s: unexpected error", slot.reader.name)
+            self._fail(slot, ErrorReason.INTERNAL, repr(e), start)
+        else:
+            if slot.health.success is False:
+                log.warning("collector %s recovered", slot.reader.name)
+            slot.value = value
+            slot.health.succeeded(self._monotonic() - start)
+            for reason in getattr(value, "read_errors", ()):
+                slot.health.count_error(reason)
+            for observe in slot.observers:
+                observe(value)
+        finally:
+            if read.done():
+                slot.pending = None
+
+    def _fail(self, slot: Slot[S], reason: ErrorReason, detail: str, start: float) -> None:
+        # Log transitions, not every failed second: a dead engine would flood the log.
+        if slot.health.success is not False or slot.health.last_reason is not reason:
+            log.warning("collector %s failed (%s): %s", slot.reader.name, reason.value, detail)
+        slot.value = None
+        slot.health.failed(reason, self._monotonic() - start)
+
+    async def sample_all(self) -> None:
+        """One sample of every slot, concurrently (startup and tests)."""
+        await asyncio.gather(*(self.sample(s) for s in self._slots))
+
+    def start(self) -> None:
+        if self._tasks:
+            raise RuntimeError("sampling already started")
+        self._tasks = [asyncio.create_task(self._run(s), name=f"sample-{s.reader.name}")
+                       for s in self._slots]
+
+    async def _run(self, slot: Slot[S]) -> None:
+        # Fixed-rate schedule: a slow read shortens the next wait instead of
+        # drifting, and missed ticks are skipped rather than burst.
+        next_at = self._monotonic()
+        while True:
+            await self.sample(slot)
+            next_at += self.interval
+            now = self._monotonic()
+            if next_at < now:
+                next_at = now + self.interval - (now - next_at) % self.interval
+            await asyncio.sleep(next_at - now)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for slot in self._slots:
+            if slot.pending is not None:
+                slot.pending.cancel()  # a thread under it runs on, but nobody waits
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await slot.pending
+                slot.pending = None

@@ -1,0 +1,122 @@
+"""Whether this Instance should get more work: the admission state.
+
+Each measured input votes a level; the worst vote wins.
+
+| input                             | degraded at           | saturated at          |
+|-----------------------------------|-----------------------|-----------------------|
+| engine KV-cache usage (0..1)      | >= kv_degraded 0.85   | >= kv_saturated 0.95  |
+| engine waiting queue (requests)   | >= queue_degraded 1   | >= queue_saturated 8  |
+| host memory available / total     | <= memory_degraded 0.10 | <= memory_saturated 0.05 |
+
+(defaults shown; each is a CLI flag, see `--help`). A request waiting inside
+the engine already means the engine cannot start it, hence degraded at 1.
+
+`accepting` needs evidence about the engine: it is claimed only when the
+engine's queue was measured in its latest sample. A measured bad signal (say,
+host memory exhausted) is reported even when the engine is unreadable, but
+"nothing wrong that we know of" with no engine reading is `unknown`, never
+`accepting` — unknown is not idle.
+
+`draining` is set by the operator and overrides everything: start the exporter
+with `--draining`, send it SIGUSR1 to start draining, SIGUSR2 to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from prometheus_client.core import Metric
+
+from exporters.common import catalog
+from exporters.common.identity import Identity
+
+
+class AdmissionState(StrEnum):
+    ACCEPTING = "accepting"
+    DEGRADED = "degraded"
+    SATURATED = "saturated"
+    DRAINING = "draining"
+    UNKNOWN = "unknown"
+
+
+assert {s.value for s in AdmissionState} == set(catalog.ADMISSION_STATES)
+
+
+class _Level(IntEnum):
+    OK = 0
+    DEGRADED = 1
+    SATURATED = 2
+
+
+@dataclass(frozen=True)
+class AdmissionThresholds:
+    kv_degraded: float = 0.85
+    kv_saturated: float = 0.95
+    queue_degraded: float = 1.0
+    queue_saturated: float = 8.0
+    memory_degraded: float = 0.10
+    memory_saturated: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.kv_degraded <= self.kv_saturated <= 1:
+            raise ValueError("need 0 <= kv degraded <= kv saturated <= 1")
+        if not 0 <= self.queue_degraded <= self.queue_saturated:
+            raise ValueError("need 0 <= queue degraded <= queue saturated")
+        if not 0 <= self.memory_saturated <= self.memory_degraded <= 1:
+            raise ValueError("need 0 <= memory saturated <= memory degraded <= 1")
+
+
+@dataclass(frozen=True)
+class AdmissionInputs:
+    """The measured inputs; None where not measured."""
+
+    kv_cache_usage: float | None
+    waiting: float | None
+    memory_free_ratio: float | None
+
+
+def _rising(value: float | None, degraded: float, saturated: float) -> _Level:
+    if value is None or value < degraded:
+        return _Level.OK
+    return _Level.SATURATED if value >= saturated else _Level.DEGRADED
+
+
+def decide(inputs: AdmissionInputs, th: AdmissionThresholds, draining: bool) -> AdmissionState:
+    if draining:
+        return AdmissionState.DRAINING
+    memory = _Level.OK
+    if inputs.memory_free_ratio is not None:
+        if inputs.memory_free_ratio <= th.memory_saturated:
+            memory = _Level.SATURATED
+        elif inputs.memory_free_ratio <= th.memory_degraded:
+            memory = _Level.DEGRADED
+    worst = max(_rising(inputs.kv_cache_usage, th.kv_degraded, th.kv_saturated),
+                _rising(inputs.waiting, th.queue_degraded, th.queue_saturated),
+                memory)
+    if worst is _Level.SATURATED:
+        return AdmissionState.SATURATED
+    if worst is _Level.DEGRADED:
+        return AdmissionState.DEGRADED
+    return AdmissionState.ACCEPTING if inputs.waiting is not None else AdmissionState.UNKNOWN
+
+
+class Admission:
+    """The thresholds plus the operator's draining switch."""
+
+    def __init__(self, thresholds: AdmissionThresholds | None = None,
+                 draining: bool = False) -> None:
+        self.thresholds = thresholds or AdmissionThresholds()
+        self.draining = draining
+
+    def state(self, inputs: AdmissionInputs) -> AdmissionState:
+        return decide(inputs, self.thresholds, self.draining)
+
+    def families(self, inputs: AdmissionInputs, ids: Identity) -> Iterator[Metric]:
+        current = self.state(inputs)
+        metric = catalog.INSTANCE_ADMISSION_STATE.new()
+        for state in AdmissionState:
+            ids.add(metric, catalog.SOURCE_DERIVED, 1.0 if state is current else 0.0,
+                    state.value)
+        yield metric

@@ -1,0 +1,168 @@
+"""GPUs through NVML (source="nvml").
+
+The NVML module is a parameter so tests can hand in a fake; production uses
+`pynvml` from nvidia-ml-py. Without NVML there are no GPU series at all and the
+collector reports `nvml_unavailable`: a host without a driver is not a host
+with idle GPUs. A GPU whose reads fail is reported unhealthy and its usage
+series go absent, since an unhealthy GPU is neither used nor free capacity;
+the other GPUs carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from prometheus_client.core import Metric
+
+from exporters.common import catalog
+from exporters.common.health import ErrorReason
+from exporters.common.identity import Identity
+from exporters.common.sampling import SampleError
+
+SOURCE = catalog.SOURCE_NVML
+NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml itself loads on Linux
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    index: int
+    uuid: str
+    model: str
+
+    def labels(self) -> tuple[str, str, str]:
+        return str(self.index), self.uuid, self.model
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    identity: GpuIdentity
+    healthy: bool
+    utilization: float | None = None
+    memory_used: float | None = None
+    memory_total: float | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    devices: tuple[GpuReading, ...]
+    read_errors: tuple[ErrorReason, ...] = ()
+
+
+class _Unsupported(Exception):
+    """The GPU does not have this sensor (not a failure of the GPU)."""
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class GpuReader:
+    name = "gpu"
+    reasons = (ErrorReason.NVML_UNAVAILABLE, ErrorReason.NVML_READ)
+
+    def __init__(self, nvml: ModuleType | None = None) -> None:
+        self._nvml = nvml
+        self._initialised = False
+        # Identity of each index as last read, so a GPU that stops answering
+        # keeps its uuid/model labels on its `healthy 0` series.
+        self._identities: dict[int, GpuIdentity] = {}
+
+    async def read(self) -> GpuSample:
+        return await asyncio.to_thread(self._read)
+
+    def _module(self) -> ModuleType:
+        if self._nvml is None:
+            # pynvml is a megabyte of Python that can only fail without the
+            # driver's library, so a GPU-less host checks for the library first
+            # and never pays for the import.
+            try:
+                ctypes.CDLL(NVML_LIBRARY)
+            except OSError as e:
+                raise SampleError(ErrorReason.NVML_UNAVAILABLE, str(e)) from e
+            try:
+                self._nvml = importlib.import_module("pynvml")
+            except ImportError as e:
+                raise SampleError(ErrorReason.NVML_UNAVAILABLE, f"pynvml: {e}") from e
+        return self._nvml
+
+    def _read(self) -> GpuSample:
+        nvml = self._module()
+        if not self._initialised:
+            try:
+                nvml.nvmlInit()
+            except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+                raise SampleError(ErrorReason.NVML_UNAVAILABLE, str(e)) from e
+            self._initialised = True
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as e:
+            raise SampleError(ErrorReason.NVML_READ, f"device count: {e}") from e
+        devices = tuple(self._device(nvml, i) for i in range(count))
+        errors = tuple(ErrorReason.NVML_READ for d in devices if not d.healthy)
+        return GpuSample(devices, errors)
+
+    def _device(self, nvml: ModuleType, index: int) -> GpuReading:
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            identity = GpuIdentity(index, _text(nvml.nvmlDeviceGetUUID(handle)),
+                                   _text(nvml.nvmlDeviceGetName(handle)))
+            self._identities[index] = identity
+            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            power = self._optional(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+            temperature = self._optional(
+                nvml, lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        except nvml.NVMLError:
+            known = self._identities.get(index, GpuIdentity(index, "", ""))
+            return GpuReading(known, healthy=False)
+        return GpuReading(identity, healthy=True, utilization=util.gpu / 100.0,
+                          memory_used=float(memory.used), memory_total=float(memory.total),
+                          power_watts=power, temperature_celsius=temperature)
+
+    @staticmethod
+    def _optional(nvml: ModuleType, read: Callable[[], Any]) -> float | None:
+        """A sensor the board lacks is absent; any other error fails the GPU."""
+        try:
+            return float(read())
+        except nvml.NVMLError as e:
+            if getattr(e, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
+                return None
+            raise
+
+    def families(self, sample: GpuSample, ids: Identity) -> Iterator[Metric]:
+        devices = catalog.GPU_DEVICES.new()
+        ids.add(devices, SOURCE, len(sample.devices))
+        yield devices
+        healthy = catalog.GPU_HEALTHY.new()
+        for d in sample.devices:
+            ids.add(healthy, SOURCE, 1.0 if d.healthy else 0.0, *d.identity.labels())
+        yield healthy
+        usage: tuple[tuple[catalog.Family, Callable[[GpuReading], float | None]], ...] = (
+            (catalog.GPU_UTILIZATION, lambda d: d.utilization),
+            (catalog.GPU_MEMORY_USED, lambda d: d.memory_used),
+            (catalog.GPU_MEMORY_TOTAL, lambda d: d.memory_total),
+            (catalog.GPU_POWER, lambda d: d.power_watts),
+            (catalog.GPU_TEMPERATURE, lambda d: d.temperature_celsius),
+        )
+        for family, get in usage:
+            metric = family.new()
+            for d in sample.devices:
+                value = get(d)
+                if d.healthy and value is not None:
+                    ids.add(metric, SOURCE, value, *d.identity.labels())
+            yield metric
+
+    def close(self) -> None:
+        if self._initialised and self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            finally:
+                self._initialised = False

@@ -1,0 +1,106 @@
+"""The Instance exporter's state: its readers, their held samples, and the
+prometheus_client collector that turns them into families at scrape time.
+
+The collector reads held state only (no I/O, no device calls), so a scrape
+costs the same whether the engine answers in 1 ms or never.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from exporters.common import catalog
+from exporters.common.health import HealthBoard
+from exporters.common.identity import Identity
+from exporters.common.sampling import SamplingLoop, Slot
+from exporters.instance.admission import Admission, AdmissionInputs, AdmissionThresholds
+from exporters.instance.capacity import Capacity
+from exporters.instance.engine import AUTO, EngineReader, EngineSample
+from exporters.instance.gpu import GpuReader, GpuSample
+from exporters.instance.host import HostReader, HostSample
+
+# An engine read gets this long beyond its HTTP timeout before the loop gives
+# up on it, so the HTTP client's own, more specific timeout fires first.
+_LOOP_GRACE_S = 0.5
+
+
+@dataclass(frozen=True)
+class Settings:
+    instance_id: str
+    proxy_id: str
+    sample_interval: float = 1.0
+    engine_metrics_url: str | None = None
+    engine: str = AUTO
+    engine_timeout: float = 2.0
+    capacity: int | None = None
+    thresholds: AdmissionThresholds = field(default_factory=AdmissionThresholds)
+    draining: bool = False
+
+
+class InstanceExporter(Collector):
+    """Everything one Instance exporter measures; register it in a CollectorRegistry."""
+
+    def __init__(self, settings: Settings, nvml: ModuleType | None = None,
+                 host: HostReader | None = None) -> None:
+        self.settings = settings
+        self.ids = Identity(settings.proxy_id, settings.instance_id)
+        self.board = HealthBoard()
+        self.loop = SamplingLoop(settings.sample_interval, self.board)
+        self.capacity = Capacity(settings.capacity)
+        self.admission = Admission(settings.thresholds, settings.draining)
+        self._gpu_reader = GpuReader(nvml)
+        self.host: Slot[HostSample] = self.loop.add(host or HostReader())
+        self.gpu: Slot[GpuSample] = self.loop.add(self._gpu_reader)
+        self.engine: Slot[EngineSample] | None = None
+        self._engine_reader: EngineReader | None = None
+        if settings.engine_metrics_url:
+            self._engine_reader = EngineReader(settings.engine_metrics_url, settings.engine,
+                                               settings.engine_timeout)
+            self.engine = self.loop.add(self._engine_reader,
+                                        timeout=settings.engine_timeout + _LOOP_GRACE_S)
+            self.engine.observers.append(self.capacity.observe)
+
+    def registry(self) -> CollectorRegistry:
+        """A fresh registry holding only this exporter (no process/platform series,
+        which would carry no `source` label)."""
+        registry = CollectorRegistry()
+        registry.register(self)
+        return registry
+
+    def admission_inputs(self) -> AdmissionInputs:
+        engine = self.engine.value if self.engine else None
+        host = self.host.value
+        return AdmissionInputs(
+            kv_cache_usage=engine.kv_cache_usage if engine else None,
+            waiting=engine.waiting if engine else None,
+            memory_free_ratio=host.memory_free_ratio if host else None)
+
+    def describe(self) -> list[Metric]:
+        return []  # families vary with what is measured; skip describe-time collect()
+
+    def collect(self) -> Iterator[Metric]:
+        ids = self.ids
+        yield from self.host.families(ids)
+        yield from self.gpu.families(ids)
+        if self.engine is not None:
+            yield from self.engine.families(ids)
+        yield from self.capacity.families(ids)
+        yield from self.admission.families(self.admission_inputs(), ids)
+        yield from self.board.families(ids.labels(catalog.SOURCE_EXPORTER))
+
+    async def start(self) -> None:
+        """First sample of everything, then sampling in the background."""
+        await self.loop.sample_all()
+        self.loop.start()
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+        if self._engine_reader is not None:
+            await self._engine_reader.close()
+        await asyncio.to_thread(self._gpu_reader.close)

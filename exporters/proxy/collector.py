@@ -1,0 +1,128 @@
+"""The Proxy exporter's one collector: the pool's state, read at scrape time.
+
+Nothing is mirrored into client_python Gauges per request; every scrape reads
+the registry, the dispatch counters and the queues as they are, so a series
+exists exactly while what it describes does — a deregistered Instance leaves
+no label set behind, a queue with nobody waiting has no oldest age, and an
+Instance never dispatched to has no idle time (unknown, not idle; seed 002).
+
+QPS is deliberately absent: `poolscope_proxy_requests_total` is a real counter
+and Prometheus derives the rate (`rate(...[1m])`) from it.
+
+If reading the state raises, the state families are left out of this scrape,
+`poolscope_proxy_collector_success` says 0, and the scrape still succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from exporters.common import catalog as c
+from exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from exporters.proxy.dispatch import DispatchTracker
+from exporters.proxy.queues import REJECTION_REASONS, QueueMetrics
+from exporters.proxy.registry import InstanceRegistry
+
+log = logging.getLogger(__name__)
+
+COLLECTOR_NAME = "proxy"
+
+
+class ProxyCollector(Collector):
+    """Publishes exactly the catalog's PROXY_* families for one Proxy."""
+
+    def __init__(self, proxy_id: str, registry: InstanceRegistry, dispatch: DispatchTracker,
+                 queues: Iterable[QueueMetrics] = (), clock: Clock = SYSTEM_CLOCK) -> None:
+        self.proxy_id = proxy_id
+        self._registry = registry
+        self._dispatch = dispatch
+        self.queues = list(queues)
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        started = self._clock.monotonic()
+        try:
+            families = self._read()
+            success = 1.0
+        except Exception:
+            log.exception("proxy collector %s failed to read its state", self.proxy_id)
+            families = []
+            success = 0.0
+        yield from (family for family in families if family.samples)
+        health = (self.proxy_id, c.SOURCE_EXPORTER, COLLECTOR_NAME)
+        ok = c.PROXY_COLLECTOR_SUCCESS.new()
+        ok.add_metric(health, success)
+        yield ok
+        took = c.PROXY_COLLECTOR_DURATION.new()
+        took.add_metric(health, max(0.0, self._clock.monotonic() - started))
+        yield took
+
+    def _read(self) -> list[Metric]:
+        """Every state family, built completely before any is published."""
+        return [*self._instance_families(), *self._queue_families(), self._requests_family()]
+
+    def _instance_families(self) -> Sequence[Metric]:
+        f = {fam: fam.new() for fam in (
+            c.PROXY_INSTANCE_REGISTERED, c.PROXY_INSTANCE_ALIVE,
+            c.PROXY_INSTANCE_LAST_HEARTBEAT, c.PROXY_INSTANCE_HEARTBEAT_AGE,
+            c.PROXY_INSTANCE_LAST_RESOURCE_REPORT, c.PROXY_INSTANCE_CAPACITY,
+            c.PROXY_INSTANCE_INFLIGHT, c.PROXY_INSTANCE_REQUESTS,
+            c.PROXY_INSTANCE_REQUEST_DURATION, c.PROXY_INSTANCE_LAST_DISPATCH,
+            c.PROXY_INSTANCE_IDLE)}
+        now = self._clock.monotonic()  # one instant for every age in this scrape
+        for inst in self._registry.instances():
+            registry = (self.proxy_id, inst.instance_id, c.SOURCE_PROXY_REGISTRY)
+            dispatch = (self.proxy_id, inst.instance_id, c.SOURCE_PROXY_DISPATCH)
+            f[c.PROXY_INSTANCE_REGISTERED].add_metric(registry, 1.0)
+            f[c.PROXY_INSTANCE_ALIVE].add_metric(
+                registry, 1.0 if self._registry.is_alive(inst, now) else 0.0)
+            f[c.PROXY_INSTANCE_LAST_HEARTBEAT].add_metric(registry, inst.last_heartbeat_time)
+            f[c.PROXY_INSTANCE_HEARTBEAT_AGE].add_metric(
+                registry, self._registry.heartbeat_age(inst, now))
+            if inst.last_resource_report_time is not None:
+                f[c.PROXY_INSTANCE_LAST_RESOURCE_REPORT].add_metric(
+                    registry, inst.last_resource_report_time)
+            if inst.capacity is not None:
+                f[c.PROXY_INSTANCE_CAPACITY].add_metric(
+                    (self.proxy_id, inst.instance_id, c.SOURCE_CONFIGURED), float(inst.capacity))
+            stats = inst.dispatch
+            f[c.PROXY_INSTANCE_INFLIGHT].add_metric(dispatch, float(stats.inflight))
+            for outcome in c.OUTCOMES:
+                f[c.PROXY_INSTANCE_REQUESTS].add_metric(
+                    (*dispatch, outcome), float(stats.outcomes[outcome]))
+            stats.duration.add_to(f[c.PROXY_INSTANCE_REQUEST_DURATION], dispatch)
+            if stats.last_dispatch_time is not None and stats.last_dispatch_monotonic is not None:
+                f[c.PROXY_INSTANCE_LAST_DISPATCH].add_metric(dispatch, stats.last_dispatch_time)
+                f[c.PROXY_INSTANCE_IDLE].add_metric(
+                    dispatch, max(0.0, now - stats.last_dispatch_monotonic))
+        return list(f.values())
+
+    def _queue_families(self) -> Sequence[Metric]:
+        f = {fam: fam.new() for fam in (
+            c.PROXY_QUEUE_DEPTH, c.PROXY_QUEUE_CAPACITY, c.PROXY_QUEUE_WAIT,
+            c.PROXY_QUEUE_OLDEST_AGE, c.PROXY_QUEUE_REJECTIONS)}
+        for q in self.queues:
+            measured = (self.proxy_id, c.SOURCE_PROXY_QUEUE, q.name)
+            f[c.PROXY_QUEUE_DEPTH].add_metric(measured, float(q.depth()))
+            if q.capacity is not None:
+                f[c.PROXY_QUEUE_CAPACITY].add_metric(
+                    (self.proxy_id, c.SOURCE_CONFIGURED, q.name), float(q.capacity))
+            q.wait.add_to(f[c.PROXY_QUEUE_WAIT], measured)
+            oldest = q.oldest_age()
+            if oldest is not None:
+                f[c.PROXY_QUEUE_OLDEST_AGE].add_metric(measured, oldest)
+            for reason in REJECTION_REASONS:
+                f[c.PROXY_QUEUE_REJECTIONS].add_metric(
+                    (*measured, reason), float(q.rejections[reason]))
+        return list(f.values())
+
+    def _requests_family(self) -> Metric:
+        family = c.PROXY_REQUESTS.new()
+        for outcome in c.OUTCOMES:
+            family.add_metric((self.proxy_id, c.SOURCE_PROXY_DISPATCH, outcome),
+                              float(self._dispatch.requests[outcome]))
+        return family

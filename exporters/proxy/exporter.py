@@ -1,0 +1,53 @@
+"""The Proxy exporter as one object a Python (asyncio) proxy embeds.
+
+    exporter = ProxyExporter("proxy-a", heartbeat_timeout=10.0)
+    exporter.add_queue("prepare", depth=lambda: len(prepare_queue), capacity=64)
+    exporter.register_into(registry)           # a prometheus_client CollectorRegistry
+    exporter.instances.register("i-1", "http://10.0.0.5:8000", capacity=8)
+    async with exporter.dispatch.request() as req:       # every accepted request
+        async with exporter.dispatch.track("i-1") as d:  # its time at the Instance
+            ...
+
+No threads: every method is a plain, non-blocking call on the event loop, and
+the collector reads the same objects at scrape time. Serve /metrics from the
+loop too (the demo Proxy's aiohttp handler does) so a scrape never reads a
+half-updated record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from exporters.proxy.collector import ProxyCollector
+from exporters.proxy.dispatch import DispatchTracker
+from exporters.proxy.queues import QueueMetrics
+from exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT, InstanceRegistry
+
+
+class ProxyExporter:
+    """One Proxy's registry, dispatch tracker, queues and their collector."""
+
+    def __init__(self, proxy_id: str, heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        if not proxy_id:
+            raise ValueError("proxy_id must be a non-empty string")
+        self.proxy_id = proxy_id
+        self.clock = clock
+        self.instances = InstanceRegistry(heartbeat_timeout, clock)
+        self.dispatch = DispatchTracker(self.instances, clock)
+        self.collector = ProxyCollector(proxy_id, self.instances, self.dispatch, (), clock)
+
+    def add_queue(self, name: str, depth: Callable[[], int],
+                  capacity: int | None = None) -> QueueMetrics:
+        """Watch one of the Proxy's queues ("prepare" or "ready"); depth is read per scrape."""
+        if any(q.name == name for q in self.collector.queues):
+            raise ValueError(f"queue {name!r} is already watched")
+        queue = QueueMetrics(name, depth, capacity, self.clock)
+        self.collector.queues.append(queue)
+        return queue
+
+    def register_into(self, registry: CollectorRegistry) -> None:
+        registry.register(self.collector)

@@ -1,0 +1,59 @@
+"""The bridge's own health on /metrics: how fast it answers, and how its backends fare.
+
+These are about the bridge process, not about pools, so they are not in the exporter
+catalog. Label values come from bounded sets (route templates, configured backends,
+ErrorKind, rejection reasons): nothing a client sends can create a series.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import Counter as PromCounter
+
+from scheduler_bridge.promapi import BackendError
+
+_PREFIX = "poolscope_scheduler_bridge_"
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class BridgeMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.request_seconds = Histogram(
+            f"{_PREFIX}request_duration_seconds", "Time to answer an HTTP request, by route.",
+            ["route", "status"], buckets=_FAST, registry=registry)
+        self.query_seconds = Histogram(
+            f"{_PREFIX}backend_query_duration_seconds",
+            "Time one backend took to answer (or fail) one instant query.",
+            ["backend"], buckets=_FAST, registry=registry)
+        self.query_errors = PromCounter(
+            f"{_PREFIX}backend_query_errors_total", "Failed instant queries, by backend and cause.",
+            ["backend", "cause"], registry=registry)
+        self.cache = PromCounter(
+            f"{_PREFIX}cache_requests_total",
+            "Snapshot lookups: hit (cached, within TTL), shared (joined a refresh in flight), "
+            "miss (started a refresh).", ["result"], registry=registry)
+        self.refreshes = PromCounter(
+            f"{_PREFIX}refreshes_total", "Snapshot refreshes, by outcome.", ["outcome"],
+            registry=registry)
+        self.rejected_series = PromCounter(
+            f"{_PREFIX}rejected_series_total",
+            "proxy_pool: series that could not become a value; their field is null.",
+            ["reason"], registry=registry)
+        self.snapshot_pools = Gauge(
+            f"{_PREFIX}snapshot_pools", "Pools in the last good snapshot.", registry=registry)
+        self.snapshot_series = Gauge(
+            f"{_PREFIX}snapshot_series", "proxy_pool: series in the last good snapshot.",
+            registry=registry)
+
+    def observe_query(self, backend: str, seconds: float, error: BackendError | None) -> None:
+        self.query_seconds.labels(backend).observe(seconds)
+        if error is not None:
+            self.query_errors.labels(backend, error.kind).inc()
+
+    def observe_snapshot(self, pools: int, series: int, rejected: Counter[str]) -> None:
+        self.snapshot_pools.set(pools)
+        self.snapshot_series.set(series)
+        for reason, n in rejected.items():
+            self.rejected_series.labels(reason).inc(n)

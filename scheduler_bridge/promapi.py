@@ -1,0 +1,157 @@
+"""Instant queries against the Prometheus HTTP API, over an ordered list of backends.
+
+Anything that speaks `/api/v1/query` works (Prometheus, an HA pair of them,
+VictoriaMetrics, Thanos, Mimir). Backends are tried in the order given so that a
+healthy primary always answers; the next one is asked only when the previous failed.
+Every failure names its backend and a short cause, because "no data" in an operator's
+dashboard must be traceable to "which Prometheus, and why".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+from scheduler_bridge.summary import Sample, gc_paused, parse_value
+
+log = logging.getLogger(__name__)
+
+
+class ErrorKind:
+    """Bounded set of causes: they become a metric label."""
+
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    HTTP = "http_status"
+    API = "api_error"
+    RESPONSE = "bad_response"
+
+
+class BackendError(Exception):
+    """One backend failed one query."""
+
+    def __init__(self, backend: str, kind: str, detail: str) -> None:
+        super().__init__(f"{backend}: {kind}: {detail}")
+        self.backend = backend
+        self.kind = kind
+        self.detail = detail
+
+    def as_dict(self) -> dict[str, str]:
+        return {"backend": self.backend, "cause": self.kind, "detail": self.detail}
+
+
+class AllBackendsFailed(Exception):
+    """Every backend failed; carries each one's error, in the order they were tried."""
+
+    def __init__(self, errors: Sequence[BackendError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = tuple(errors)
+
+
+class QueryObserver(Protocol):
+    def observe_query(self, backend: str, seconds: float, error: BackendError | None) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    samples: list[Sample]
+    backend: str
+
+
+def redact(url: str) -> str:
+    """The URL without user:password, so it can be logged and used as a label."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url.rstrip("/")
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)).rstrip("/")
+
+
+class PrometheusAPI:
+    """Instant queries with an explicit evaluation time, first answering backend wins."""
+
+    def __init__(self, backends: Sequence[str], session: aiohttp.ClientSession,
+                 timeout_s: float, observer: QueryObserver | None = None) -> None:
+        if not backends:
+            raise ValueError("at least one Prometheus URL is needed")
+        self._backends = tuple(b.rstrip("/") for b in backends)
+        self.names = tuple(redact(b) for b in backends)
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._observer = observer
+
+    async def query(self, promql: str, at: float) -> QueryResult:
+        """Evaluate `promql` at `at` (unix seconds); raises AllBackendsFailed."""
+        errors: list[BackendError] = []
+        for url, name in zip(self._backends, self.names, strict=True):
+            started = time.perf_counter()
+            error: BackendError | None = None
+            try:
+                samples = await self._query_one(url, name, promql, at)
+            except BackendError as e:
+                error = e
+                errors.append(e)
+                log.warning("query %r at %s failed on %s", promql, at, e)
+                continue
+            finally:
+                if self._observer is not None:
+                    self._observer.observe_query(name, time.perf_counter() - started, error)
+            return QueryResult(samples, name)
+        raise AllBackendsFailed(errors)
+
+    async def samples(self, promql: str, at: float) -> list[Sample]:
+        """`query` shaped as summary.InstantQuery, for summary.read_snapshot."""
+        return (await self.query(promql, at)).samples
+
+    async def _query_one(self, url: str, name: str, promql: str, at: float) -> list[Sample]:
+        # Prometheus keeps millisecond precision; sending exactly that keeps the
+        # evaluation time we report identical to the one it used.
+        params = {"query": promql, "time": f"{at:.3f}"}
+        try:
+            async with self._session.get(f"{url}/api/v1/query", params=params,
+                                         timeout=self._timeout) as resp:
+                body = await resp.read()
+                status = resp.status
+        except TimeoutError as e:
+            raise BackendError(name, ErrorKind.TIMEOUT, "no answer in time") from e
+        except aiohttp.ClientError as e:
+            raise BackendError(name, ErrorKind.CONNECT, str(e) or type(e).__name__) from e
+        return _parse(name, status, body)
+
+
+def _parse(name: str, status: int, body: bytes) -> list[Sample]:
+    with gc_paused():
+        return _parse_body(name, status, body)
+
+
+def _parse_body(name: str, status: int, body: bytes) -> list[Sample]:
+    try:
+        doc: Any = json.loads(body)
+    except ValueError as e:
+        kind = ErrorKind.HTTP if status != 200 else ErrorKind.RESPONSE
+        raise BackendError(name, kind, f"HTTP {status}, not JSON: {body[:200]!r}") from e
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        error = doc.get("error", "") if isinstance(doc, dict) else ""
+        kind = ErrorKind.API if error else ErrorKind.HTTP
+        raise BackendError(name, kind, f"HTTP {status}: {error or str(doc)[:200]}")
+    try:
+        data = doc["data"]
+        if data["resultType"] != "vector":
+            raise BackendError(name, ErrorKind.RESPONSE,
+                               f"expected a vector, got {data['resultType']}")
+        for warning in doc.get("warnings", ()):
+            log.warning("%s: %s", name, warning)
+        return [(r["metric"], parse_value(r["value"][1])) for r in data["result"]]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise BackendError(name, ErrorKind.RESPONSE, f"malformed result: {e!r}") from e
+

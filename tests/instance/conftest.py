@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from exporters.instance.service import InstanceExporter, Settings
+from tests.instance.fakes import FakeNvml, three_gpus
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
+
+
+def fixture_text(name: str) -> str:
+    return (FIXTURES / f"{name}.txt").read_text()
+
+
+@dataclass
+class EngineServer:
+    """A local engine /metrics endpoint whose answer each test scripts."""
+
+    url: str = ""
+    body: str = ""
+    status: int = 200
+    hang: bool = False
+    requests: int = 0
+    _release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        if self.hang:
+            await self._release.wait()
+        return web.Response(text=self.body, status=self.status,
+                            content_type="text/plain", charset="utf-8")
+
+
+@pytest.fixture
+async def engine_server() -> AsyncIterator[EngineServer]:
+    server = EngineServer()
+    app = web.Application()
+    app.router.add_get("/metrics", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    server.url = f"http://127.0.0.1:{port}/metrics"
+    yield server
+    server._release.set()
+    await runner.cleanup()
+
+
+MakeExporter = Callable[..., tuple[InstanceExporter, CollectorRegistry]]
+
+
+@pytest.fixture
+async def make_exporter() -> AsyncIterator[MakeExporter]:
+    """An exporter with a fresh registry; NVML is the fake unless told otherwise."""
+    made: list[InstanceExporter] = []
+
+    def make(nvml: FakeNvml | None = None, **settings: object
+             ) -> tuple[InstanceExporter, CollectorRegistry]:
+        base: dict[str, object] = {"instance_id": "inst-1", "proxy_id": "proxy-a"}
+        exporter = InstanceExporter(Settings(**{**base, **settings}),  # type: ignore[arg-type]
+                                    nvml=(nvml or three_gpus()).module())
+        made.append(exporter)
+        return exporter, exporter.registry()
+
+    yield make
+    for exporter in made:
+        await exporter.stop()
+
+
+IDS = {"instance_id": "inst-1", "proxy_id": "proxy-a"}
+
+
+def labels(source: str, **extra: str) -> dict[str, str]:
+    return {**IDS, "source": source, **extra}
+
+
+def health(collector: str, **extra: str) -> dict[str, str]:
+    return labels("exporter", collector=collector, **extra)
+
+
+def names(registry: CollectorRegistry) -> set[str]:
+    return {s.name for m in registry.collect() for s in m.samples}

@@ -1,0 +1,132 @@
+"""Stand-ins for NVML and psutil, built as real module objects so the readers
+receive exactly the kind of thing production hands them."""
+
+from __future__ import annotations
+
+import types
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any
+
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_TEMPERATURE_GPU = 0
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str | bytes
+    util: int = 50
+    used: int = 10 * 2**30
+    total: int = 80 * 2**30
+    power_mw: int | None = 300_000  # None: the board has no power sensor
+    temp: int = 60
+
+
+@dataclass
+class FakeNvml:
+    """A host's GPUs as NVML would report them; flip `failing` to break one mid-run."""
+
+    gpus: list[FakeGpu]
+    init_error: bool = False
+    failing: set[int] = field(default_factory=set)
+    shutdowns: int = 0
+
+    def _gpu(self, handle: int) -> FakeGpu:
+        if handle in self.failing:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return self.gpus[handle]
+
+    def _power(self, handle: int) -> int:
+        power = self._gpu(handle).power_mw
+        if power is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return power
+
+    def _init(self) -> None:
+        if self.init_error:
+            raise NVMLError(12)  # NVML_ERROR_LIBRARY_NOT_FOUND
+
+    def _shutdown(self) -> None:
+        self.shutdowns += 1
+
+    def module(self) -> types.ModuleType:
+        m = types.ModuleType("fake_pynvml")
+        Util = namedtuple("Util", "gpu memory")
+        Mem = namedtuple("Mem", "total free used")
+        attrs: dict[str, Any] = {
+            "NVMLError": NVMLError,
+            "NVML_ERROR_NOT_SUPPORTED": NVML_ERROR_NOT_SUPPORTED,
+            "NVML_TEMPERATURE_GPU": NVML_TEMPERATURE_GPU,
+            "nvmlInit": self._init,
+            "nvmlShutdown": self._shutdown,
+            "nvmlDeviceGetCount": lambda: len(self.gpus),
+            "nvmlDeviceGetHandleByIndex": lambda i: i,
+            "nvmlDeviceGetUUID": lambda h: self._gpu(h).uuid,
+            "nvmlDeviceGetName": lambda h: self._gpu(h).name,
+            "nvmlDeviceGetUtilizationRates": lambda h: Util(self._gpu(h).util, 0),
+            "nvmlDeviceGetMemoryInfo": lambda h: Mem(self._gpu(h).total,
+                                                     self._gpu(h).total - self._gpu(h).used,
+                                                     self._gpu(h).used),
+            "nvmlDeviceGetPowerUsage": self._power,
+            "nvmlDeviceGetTemperature": lambda h, sensor: self._gpu(h).temp,
+        }
+        for name, value in attrs.items():
+            setattr(m, name, value)
+        return m
+
+
+def three_gpus() -> FakeNvml:
+    return FakeNvml([
+        FakeGpu("GPU-aaaa", "NVIDIA H100 80GB HBM3", util=10),
+        FakeGpu("GPU-bbbb", b"NVIDIA H100 80GB HBM3", util=55),  # old pynvml returns bytes
+        FakeGpu("GPU-cccc", "NVIDIA H100 80GB HBM3", util=99, power_mw=None),
+    ])
+
+
+CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+VMem = namedtuple("VMem", "total available")
+NicIo = namedtuple("NicIo", "bytes_sent bytes_recv")
+NicStats = namedtuple("NicStats", "isup flags")
+
+
+@dataclass
+class FakePsutil:
+    """psutil answers scripted per call, so CPU and network deltas are exact."""
+
+    cpu: list[CpuTimes]
+    nics: list[dict[str, NicIo]]
+    total: int = 64 * 2**30
+    available: int = 48 * 2**30
+    error: OSError | None = None
+
+    def module(self) -> types.ModuleType:
+        m = types.ModuleType("fake_psutil")
+        cpu, nics = iter(self.cpu), iter(self.nics)
+
+        def cpu_times() -> CpuTimes:
+            if self.error is not None:
+                raise self.error
+            return next(cpu)
+
+        m.cpu_times = cpu_times  # type: ignore[attr-defined]
+        m.cpu_count = lambda logical=True: 16  # type: ignore[attr-defined]
+        m.virtual_memory = lambda: VMem(self.total, self.available)  # type: ignore[attr-defined]
+        m.net_io_counters = lambda pernic=False: next(nics)  # type: ignore[attr-defined]
+        m.net_if_stats = lambda: {  # type: ignore[attr-defined]
+            "lo": NicStats(True, "up,loopback,running"),
+            "eth0": NicStats(True, "up,broadcast,running,multicast"),
+            "docker0": NicStats(True, "up,broadcast,multicast")}
+        return m
+
+
+def cpu(busy: float, idle: float) -> CpuTimes:
+    """Cumulative CPU times with `busy` seconds of user time and `idle` idle seconds."""
+    return CpuTimes(busy, 0.0, 0.0, idle, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)

@@ -1,0 +1,86 @@
+"""The command line, as a user runs it: a real process per case."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from exporters.instance.config import parse
+from tests.support.prometheus import free_port, wait_http
+
+BASE = ["--instance-id", "i-1", "--proxy-id", "p-1"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporters.instance", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args", [
+    [*BASE, "--listen", "nonsense"],
+    [*BASE, "--listen", "127.0.0.1:99999"],
+    [*BASE, "--sample-interval", "0"],
+    [*BASE, "--sample-interval", "-1"],
+    [*BASE, "--engine-timeout", "nan"],
+    [*BASE, "--capacity", "-3"],
+    [*BASE, "--engine", "llamacpp"],
+    [*BASE, "--engine-metrics-url", "localhost:8000/metrics"],
+    [*BASE, "--admission-kv-degraded", "0.99", "--admission-kv-saturated", "0.5"],
+    ["--proxy-id", "p-1"],
+], ids=["listen", "port", "interval-zero", "interval-negative", "timeout-nan", "capacity",
+        "engine", "url", "thresholds", "no-instance-id"])
+def test_invalid_flags_exit_2_with_one_line(args: list[str]) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0], result.stderr
+
+
+def test_defaults_are_loopback_and_one_second() -> None:
+    config = parse(BASE)
+    assert (config.listen.host, config.listen.port) == ("127.0.0.1", 9201)
+    assert config.settings.sample_interval == 1.0
+    assert parse([*BASE, "--listen", "[::1]:9300"]).listen.url() == "http://[::1]:9300"
+
+
+def test_runs_drains_on_sigusr1_and_exits_0_on_sigterm() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "exporters.instance", *BASE,
+                             "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        proc.send_signal(signal.SIGUSR1)
+        url = f"http://127.0.0.1:{port}/v1/resource/snapshot"
+        state = None
+        deadline = time.monotonic() + 30  # generous: CI may be busy; not a timing check
+        while state != "draining" and time.monotonic() < deadline:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                state = json.load(r)["capacity_hint"]["admission_state"]
+            time.sleep(0.05)
+        assert state == "draining"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_busy_port_exits_1() -> None:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        result = run(*BASE, "--listen", f"127.0.0.1:{s.getsockname()[1]}")
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr

@@ -1,0 +1,90 @@
+"""A real Prometheus scrapes a real exporter process in front of a vLLM page."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.instance.conftest import fixture_text
+from tests.support.prometheus import (
+    binary,
+    free_port,
+    running_prometheus,
+    scrape_config,
+    stop_group,
+    wait_http,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def vllm_endpoint() -> Iterator[str]:
+    body = fixture_text("vllm").encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def exporter(vllm_endpoint: str, tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = (tmp_path / "exporter.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporters.instance", "--instance-id", "inst-7",
+         "--proxy-id", "pool-a", "--listen", f"127.0.0.1:{port}",
+         "--engine-metrics-url", vllm_endpoint, "--sample-interval", "0.5"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_group(proc)
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "exporter.log").read_text()
+
+
+def test_prometheus_receives_engine_series_with_identity_labels(
+        exporter: str, tmp_path: Path) -> None:
+    with running_prometheus(tmp_path / "prom", [scrape_config("instance", [exporter])],
+                            rule_files=()) as prom:
+        running = prom.wait_for('poolscope_engine_requests_running{source="engine:vllm"}')
+        assert running[0]["metric"]["instance_id"] == "inst-7"
+        assert running[0]["metric"]["proxy_id"] == "pool-a"
+        assert float(running[0]["value"][1]) == 37
+        kv = prom.wait_for("poolscope_engine_kv_cache_usage_ratio")
+        assert float(kv[0]["value"][1]) == pytest.approx(0.8123)
+        assert prom.wait_for('poolscope_collector_success{collector="engine"} == 1')
+        assert prom.wait_for('poolscope_instance_admission_state{state="saturated"} == 1')
+        assert prom.targets_up() == {exporter: 1.0}
+
+
+def test_promtool_check_metrics_is_clean(exporter: str) -> None:
+    with urllib.request.urlopen(f"http://{exporter}/metrics", timeout=10) as r:
+        text = r.read()
+    assert b"poolscope_engine_requests_running" in text
+    result = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
+                            capture_output=True, timeout=60, text=False)
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()

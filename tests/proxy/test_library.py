@@ -1,0 +1,263 @@
+"""The Proxy exporter library on its own: registry, dispatch, queues, collector."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporters.common import catalog
+from exporters.proxy import ProxyExporter, UnknownInstance
+from exporters.proxy.histogram import Histogram
+from tests.proxy.conftest import PROXY_ID, FakeClock
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def exporter(clock: FakeClock) -> ProxyExporter:
+    return ProxyExporter(PROXY_ID, heartbeat_timeout=3.0, clock=clock)
+
+
+@pytest.fixture
+def metrics(exporter: ProxyExporter) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    exporter.register_into(registry)
+    return registry
+
+
+def value(metrics: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return metrics.get_sample_value(name, {"proxy_id": PROXY_ID, **labels})
+
+
+def published(metrics: CollectorRegistry) -> dict[str, tuple[str, ...]]:
+    """Family name -> the label names of its first sample (le excluded)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for family in metrics.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        if family.samples:
+            out[name] = tuple(sorted(set(family.samples[0].labels) - {"le"}))
+    return out
+
+
+# --- registry -----------------------------------------------------------------
+
+def test_alive_follows_the_heartbeat_timeout(exporter: ProxyExporter, clock: FakeClock) -> None:
+    reg = exporter.instances
+    inst = reg.register("a", "http://a")
+    clock.advance(3.0)
+    assert reg.is_alive(inst)
+    clock.advance(0.001)
+    assert not reg.is_alive(inst)
+    assert reg.alive() == []
+    assert reg.heartbeat("a")
+    assert reg.alive() == [inst]
+    assert not reg.heartbeat("nobody")
+
+
+def test_registering_again_updates_but_keeps_history(exporter: ProxyExporter) -> None:
+    reg = exporter.instances
+    first = reg.register("a", "http://old", capacity=2)
+    first.dispatch.outcomes["ok"] += 3
+    again = reg.register("a", "http://new", capacity=None)
+    assert again is first
+    assert (again.url, again.capacity, again.dispatch.outcomes["ok"]) == ("http://new", None, 3)
+
+
+@pytest.mark.parametrize(("instance_id", "capacity"), [("", None), ("a", 0), ("a", -1)])
+def test_registry_refuses_bad_registrations(exporter: ProxyExporter, instance_id: str,
+                                            capacity: int | None) -> None:
+    with pytest.raises(ValueError):
+        exporter.instances.register(instance_id, "http://a", capacity)
+    assert exporter.instances.instances() == []
+
+
+def test_heartbeat_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        ProxyExporter(PROXY_ID, heartbeat_timeout=0)
+
+
+# --- dispatch -----------------------------------------------------------------
+
+async def test_track_counts_inflight_while_entered(exporter: ProxyExporter,
+                                                   clock: FakeClock) -> None:
+    stats = exporter.instances.register("a", "http://a").dispatch
+    async with exporter.dispatch.track("a"):
+        async with exporter.dispatch.track("a"):
+            assert stats.inflight == 2
+        clock.advance(2.0)
+        assert stats.inflight == 1
+    assert stats.inflight == 0
+    assert stats.outcomes == {"ok": 2}
+    assert (stats.duration.count, stats.duration.sum) == (2, 2.0)
+
+
+async def test_every_way_out_leaves_inflight_exact(exporter: ProxyExporter) -> None:
+    stats = exporter.instances.register("a", "http://a").dispatch
+
+    async def hang() -> None:
+        async with exporter.dispatch.track("a"):
+            await asyncio.Event().wait()
+
+    with pytest.raises(RuntimeError):
+        async with exporter.dispatch.track("a"):
+            raise RuntimeError("engine broke")
+    with pytest.raises(TimeoutError):
+        async with exporter.dispatch.track("a"), asyncio.timeout(0):
+            await asyncio.sleep(1)
+    task = asyncio.create_task(hang())
+    await asyncio.sleep(0)
+    assert stats.inflight == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with exporter.dispatch.track("a") as d:
+        d.outcome = "rejected"
+
+    assert stats.inflight == 0
+    assert stats.outcomes == {"error": 1, "timeout": 1, "cancelled": 1, "rejected": 1}
+
+
+async def test_cancellation_wins_over_an_outcome_set_earlier(exporter: ProxyExporter) -> None:
+    async def run() -> None:
+        async with exporter.dispatch.request() as r:
+            r.outcome = "ok"
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(run())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert exporter.dispatch.requests == {"cancelled": 1}
+
+
+async def test_an_unknown_outcome_is_refused(exporter: ProxyExporter) -> None:
+    async with exporter.dispatch.request() as r:
+        with pytest.raises(ValueError):
+            r.outcome = "fine"  # type: ignore[assignment]
+    assert exporter.dispatch.requests == {"ok": 1}
+
+
+def test_dispatch_to_an_unregistered_instance_is_refused(exporter: ProxyExporter) -> None:
+    with pytest.raises(UnknownInstance):
+        exporter.dispatch.track("ghost")
+
+
+async def test_deregistering_mid_dispatch_resurrects_nothing(
+        exporter: ProxyExporter, metrics: CollectorRegistry) -> None:
+    exporter.instances.register("a", "http://a")
+    async with exporter.dispatch.track("a"):
+        assert exporter.instances.deregister("a")
+    assert exporter.instances.get("a") is None
+    assert not any(s.labels.get("instance_id") for f in metrics.collect() for s in f.samples)
+
+
+# --- queues -------------------------------------------------------------------
+
+def test_queue_accounting(exporter: ProxyExporter, metrics: CollectorRegistry,
+                          clock: FakeClock) -> None:
+    waiting: list[object] = []
+    q = exporter.add_queue("prepare", depth=lambda: len(waiting), capacity=8)
+    labels = {"source": "proxy_queue", "queue": "prepare"}
+    assert value(metrics, "poolscope_proxy_queue_oldest_age_seconds", **labels) is None
+    first = q.enter()
+    waiting.append(first)
+    clock.advance(1.5)
+    second = q.enter()
+    waiting.append(second)
+    clock.advance(0.5)
+    assert value(metrics, "poolscope_proxy_queue_depth", **labels) == 2
+    assert value(metrics, "poolscope_proxy_queue_oldest_age_seconds", **labels) == 2.0
+    assert q.leave(first) == 2.0
+    assert value(metrics, "poolscope_proxy_queue_oldest_age_seconds", **labels) == 0.5
+    q.reject("timeout")
+    q.reject("full")
+    q.reject("full")
+    assert value(metrics, "poolscope_proxy_queue_rejections_total", reason="full",
+                 **labels) == 2
+    assert value(metrics, "poolscope_proxy_queue_wait_seconds_bucket", le="2.5",
+                 **labels) == 1
+    assert value(metrics, "poolscope_proxy_queue_wait_seconds_bucket", le="1.0",
+                 **labels) == 0
+    assert value(metrics, "poolscope_proxy_queue_capacity", source="configured",
+                 queue="prepare") == 8
+    with pytest.raises(ValueError):
+        q.leave(first)
+
+
+def test_unbounded_queue_has_no_capacity_series(exporter: ProxyExporter,
+                                                metrics: CollectorRegistry) -> None:
+    exporter.add_queue("ready", depth=lambda: 0)
+    assert value(metrics, "poolscope_proxy_queue_depth", source="proxy_queue",
+                 queue="ready") == 0
+    assert value(metrics, "poolscope_proxy_queue_capacity", source="configured",
+                 queue="ready") is None
+
+
+def test_queue_names_and_reasons_come_from_the_catalog(exporter: ProxyExporter) -> None:
+    with pytest.raises(ValueError):
+        exporter.add_queue("retrieval", depth=lambda: 0)
+    q = exporter.add_queue("ready", depth=lambda: 0)
+    with pytest.raises(ValueError):
+        exporter.add_queue("ready", depth=lambda: 0)
+    with pytest.raises(ValueError):
+        q.reject("bored")  # type: ignore[arg-type]
+
+
+def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
+    h = Histogram((1.0, 2.0))
+    for v in (0.5, 1.0, 1.5, 9.0):
+        h.observe(v)
+    family = catalog.PROXY_QUEUE_WAIT.new()
+    h.add_to(family, (PROXY_ID, "proxy_queue", "ready"))
+    buckets = [(s.labels["le"], s.value) for s in family.samples if s.name.endswith("_bucket")]
+    assert buckets == [("1.0", 2), ("2.0", 3), ("+Inf", 4)]
+    with pytest.raises(ValueError):
+        h.observe(-1)
+
+
+# --- collector ----------------------------------------------------------------
+
+async def test_publishes_exactly_the_catalog_proxy_families_with_their_labels(
+        exporter: ProxyExporter, metrics: CollectorRegistry) -> None:
+    exporter.instances.register("a", "http://a", capacity=4)
+    exporter.instances.report_resources("a", {"cpu": 1})
+    for name in catalog.QUEUES:
+        exporter.add_queue(name, depth=lambda: 0, capacity=2).enter()
+    async with exporter.dispatch.request(), exporter.dispatch.track("a"):
+        pass
+    expected = {f.name: tuple(sorted(f.labels)) for f in catalog.all_families()
+                if f.name.startswith("poolscope_proxy_")}
+    assert published(metrics) == expected
+
+
+def test_sources_name_the_module_that_measured(exporter: ProxyExporter,
+                                              metrics: CollectorRegistry) -> None:
+    exporter.instances.register("a", "http://a", capacity=4)
+    exporter.add_queue("ready", depth=lambda: 0, capacity=2)
+    sources = {(f.name, s.labels["source"]) for f in metrics.collect() for s in f.samples}
+    assert ("poolscope_proxy_instance_alive", "proxy_registry") in sources
+    assert ("poolscope_proxy_instance_capacity_requests", "configured") in sources
+    assert ("poolscope_proxy_instance_inflight_requests", "proxy_dispatch") in sources
+    assert ("poolscope_proxy_requests", "proxy_dispatch") in sources
+    assert ("poolscope_proxy_queue_depth", "proxy_queue") in sources
+    assert ("poolscope_proxy_queue_capacity", "configured") in sources
+    assert len({name for name, _ in sources}) == len(sources)  # one source per family
+
+
+def test_a_failing_read_blanks_state_and_reports_it(
+        exporter: ProxyExporter, metrics: CollectorRegistry) -> None:
+    exporter.instances.register("a", "http://a")
+    depths = iter([1, "many"])
+    exporter.add_queue("ready", depth=lambda: next(depths))
+    health = {"source": "exporter", "collector": "proxy"}
+    assert value(metrics, "poolscope_proxy_collector_success", **health) == 1
+    assert value(metrics, "poolscope_proxy_collector_success", **health) == 0
+    assert value(metrics, "poolscope_proxy_collector_duration_seconds", **health) is not None
+    assert value(metrics, "poolscope_proxy_instance_registered", instance_id="a",
+                 source="proxy_registry") is None

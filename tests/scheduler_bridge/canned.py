@@ -1,0 +1,95 @@
+"""A canned Prometheus: /api/v1/query answers with vectors the test sets, and records
+every query and evaluation time it was asked, so tests can assert on what the bridge
+sent as well as on what it served."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
+
+Series = tuple[dict[str, str], str]
+
+
+def series(name: str, proxy_id: str | None, value: str, source: str | None = "test",
+           **labels: str) -> Series:
+    """One series of a canned vector; value is Prometheus' string form ("NaN", "0")."""
+    metric = {"__name__": name, **labels}
+    if proxy_id is not None:
+        metric["proxy_id"] = proxy_id
+    if source is not None:
+        metric["source"] = source
+    return metric, value
+
+
+def pool_series(proxy_id: str, value: str = "1", source: str = "test",
+                state: str = "accepting", quality: str = "complete") -> list[Series]:
+    """Every rollup of one pool, each holding `value`: what complete rules produce."""
+    out = [series(f.rollup, proxy_id, "1" if f.kind is Kind.STATE else value, source,
+                  **({f.state_label: state} if f.kind is Kind.STATE else f.matchers))
+           for f in FIELDS]
+    out.append(series(DATA_QUALITY_ROLLUP, proxy_id, "1", source,
+                      **{DATA_QUALITY_LABEL: quality}))
+    return out
+
+
+_MATCHER = re.compile(r'(\w+)(=~|!~|!=|=)"([^"]*)"')
+
+
+def _selects(promql: str, metric: dict[str, str]) -> bool:
+    """Label matchers of a plain selector, as Prometheus applies them (anchored regex)."""
+    for label, op, operand in _MATCHER.findall(promql):
+        value = metric.get(label, "")
+        hit = (re.fullmatch(operand, value) is not None if op in ("=~", "!~")
+               else value == operand)
+        if hit != (op in ("=~", "=")):
+            return False
+    return True
+
+
+@dataclass
+class CannedPrometheus:
+    vector: list[Series] = field(default_factory=list)
+    queries: list[tuple[str, str]] = field(default_factory=list)  # (promql, time)
+    fail_status: int | None = None  # answer every query with this API error
+    fail_matching: str | None = None  # ... or only queries containing this text
+    gate: asyncio.Event | None = None  # hold answers until set
+    server: TestServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("")).rstrip("/")
+
+    async def start(self) -> CannedPrometheus:
+        app = web.Application()
+        app.router.add_route("*", "/api/v1/query", self._query)
+        self.server = TestServer(app, host="127.0.0.1")
+        await self.server.start_server()
+        return self
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+
+    async def _query(self, request: web.Request) -> web.Response:
+        params = request.query if request.method == "GET" else await request.post()
+        promql, at = str(params.get("query", "")), str(params.get("time", ""))
+        self.queries.append((promql, at))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_status is not None or (self.fail_matching or "\0") in promql:
+            return web.json_response(
+                {"status": "error", "errorType": "internal", "error": "canned failure"},
+                status=self.fail_status or 500)
+        result: list[dict[str, Any]] = [
+            {"metric": metric, "value": [float(at), value]} for metric, value in self.vector
+            if _selects(promql, metric)]
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": result}})

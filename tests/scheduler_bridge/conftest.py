@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from scheduler_bridge.app import Settings, create_app
+from tests.scheduler_bridge.canned import CannedPrometheus
+
+
+class FakeClock:
+    """Wall clock the test moves by hand: TTL and staleness without sleeping."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def canned() -> AsyncIterator[CannedPrometheus]:
+    prom = await CannedPrometheus().start()
+    yield prom
+    await prom.close()
+
+
+@dataclass
+class Bridge:
+    http: TestClient[Any, Any]
+    registry: CollectorRegistry
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of the bridge's own /metrics registry, 0.0 when never incremented."""
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+MakeBridge = Callable[..., Awaitable[Bridge]]
+
+
+@pytest.fixture
+async def make_bridge(clock: FakeClock) -> AsyncIterator[MakeBridge]:
+    """Start a bridge (fresh registry) over the given backends; closed after the test."""
+    clients: list[TestClient[Any, Any]] = []
+
+    async def make(*backends: str, **settings: Any) -> Bridge:
+        settings.setdefault("cache_ttl_s", 1.0)
+        settings.setdefault("stale_after_s", 30.0)
+        settings.setdefault("query_timeout_s", 2.0)
+        registry = CollectorRegistry()
+        app = create_app(Settings(backends=backends, **settings), registry=registry,
+                         clock=clock)
+        client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        return Bridge(client, registry)
+
+    yield make
+    for client in clients:
+        await client.close()

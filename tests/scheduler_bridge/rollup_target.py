@@ -1,0 +1,51 @@
+"""A scrape target that serves `proxy_pool:*` series directly (colons are legal in
+metric names), so a real Prometheus holds exactly the rollups a test chooses without
+depending on the recording rules. The benchmark uses it too."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from itertools import groupby
+
+from aiohttp import web
+
+from tests.scheduler_bridge.canned import Series
+from tests.support.prometheus import free_port
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exposition(vector: Sequence[Series]) -> bytes:
+    """Prometheus text format, one untyped family per rollup name."""
+    lines: list[str] = []
+    ordered = sorted(vector, key=lambda s: s[0]["__name__"])
+    for name, family in groupby(ordered, key=lambda s: s[0]["__name__"]):
+        lines.append(f"# TYPE {name} untyped")
+        for metric, value in family:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in metric.items()
+                              if k != "__name__")
+            lines.append(f"{name}{{{labels}}} {value}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@asynccontextmanager
+async def rollup_target(vector: Sequence[Series]) -> AsyncIterator[str]:
+    """Serve `vector` on /metrics on a free loopback port; yields host:port."""
+    body = exposition(vector)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

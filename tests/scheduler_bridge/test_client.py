@@ -1,0 +1,56 @@
+"""The typed client: Python values, None for null, tolerant of added/removed fields."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from scheduler_bridge.client import BridgeError, SchedulerBridgeClient, parse_snapshot
+from tests.scheduler_bridge.canned import CannedPrometheus, pool_series, series
+from tests.scheduler_bridge.conftest import FakeClock, MakeBridge
+from tests.support.prometheus import free_port
+
+
+async def test_snapshot_from_a_live_bridge(canned: CannedPrometheus, make_bridge: MakeBridge,
+                                           clock: FakeClock) -> None:
+    canned.vector = [*pool_series("a", value="3", state="draining"),
+                     series("proxy_pool:inflight_requests:sum", "b", "0")]
+    bridge = await make_bridge(canned.url, auth_token="t")
+    async with aiohttp.ClientSession() as session:
+        bc = SchedulerBridgeClient(str(bridge.http.make_url("")), session, token="t")
+        snap = await bc.snapshot()
+    assert snap.generated_at == round(clock.now, 3)
+    assert snap.stale is False
+    a, b = snap.pools["a"], snap.pools["b"]
+    assert a.instances.total == 3 and isinstance(a.instances.total, int)
+    assert a.utilization.cpu_avg == pytest.approx(300.0)
+    assert a.health.pool_admission_state == "draining"
+    assert a.health.data_quality == "complete"
+    assert b.load.inflight_total == 0
+    assert b.load.qps_1m_total is None
+    assert b.metric_source.qps_1m == "unknown"
+    assert b.health.data_quality == "partial"
+
+
+async def test_unavailable_bridge_raises_with_the_cause(make_bridge: MakeBridge) -> None:
+    bridge = await make_bridge(f"http://127.0.0.1:{free_port()}")
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(BridgeError) as err:
+            await SchedulerBridgeClient(str(bridge.http.make_url("")), session).snapshot()
+    assert err.value.status == 503
+    assert err.value.body["backends"][0]["cause"] == "connect"
+
+
+def test_parse_tolerates_added_and_missing_fields() -> None:
+    doc = {"schema_version": 1, "generated_at": 5.0, "stale": True, "age_s": 4.5, "pools": {
+        "old": {"schema_version": 1, "proxy_id": "old", "generated_at": 5.0,
+                "load": {"inflight_total": 2, "some_future_field": 9},
+                "future_section": {"x": 1}}}}
+    snap = parse_snapshot(doc)
+    assert (snap.stale, snap.age_s) == (True, 4.5)
+    old = snap.pools["old"]
+    assert old.load.inflight_total == 2
+    assert old.load.capacity is None
+    assert old.utilization.cpu_avg is None
+    assert old.health.data_quality == "missing"
+    assert old.metric_source.inflight == "unknown"

@@ -1,0 +1,53 @@
+"""The schema file and the client's dataclasses agree with fields.py, the contract."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from jsonschema import Draft202012Validator, ValidationError
+
+from scheduler_bridge import client
+from scheduler_bridge.fields import (
+    DATA_QUALITY_PATH,
+    FIELDS,
+    METRIC_SOURCE_FIELDS,
+    QUALITY_GROUPS,
+    SECTIONS,
+)
+from scheduler_bridge.schema import pool_summary_schema
+from scheduler_bridge.summary import build_summaries, parse_value
+from tests.scheduler_bridge.canned import pool_series
+
+PATHS = [*(f.path for f in FIELDS), DATA_QUALITY_PATH]
+
+
+def test_schema_requires_every_field() -> None:
+    schema = pool_summary_schema()
+    Draft202012Validator.check_schema(schema)
+    required = {f"{s}.{k}" for s in SECTIONS for k in schema["properties"][s]["required"]}
+    assert required == set(PATHS)
+    assert schema["properties"]["metric_source"]["required"] == list(METRIC_SOURCE_FIELDS)
+    assert schema["properties"]["metric_quality"]["required"] == list(QUALITY_GROUPS)
+
+
+@pytest.mark.parametrize("path", ["instances.total", "load.inflight_total", "health"])
+def test_schema_rejects_a_summary_missing_a_field(path: str) -> None:
+    pool = build_summaries([(m, parse_value(v)) for m, v in pool_series("a")], 1.0)["a"]
+    Draft202012Validator(pool_summary_schema()).validate(pool)
+    section, _, key = path.partition(".")
+    if key:
+        del pool[section][key]
+    else:
+        del pool[section]
+    with pytest.raises(ValidationError):
+        Draft202012Validator(pool_summary_schema()).validate(pool)
+
+
+def test_client_dataclasses_mirror_the_field_table() -> None:
+    sections = {"instances": client.Instances, "load": client.Load,
+                "utilization": client.Utilization, "health": client.Health}
+    mirrored = [f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls)]
+    assert sorted(mirrored) == sorted(PATHS)
+    assert [f.name for f in dataclasses.fields(client.MetricSource)] == list(METRIC_SOURCE_FIELDS)
+    assert [f.name for f in dataclasses.fields(client.MetricQuality)] == list(QUALITY_GROUPS)
