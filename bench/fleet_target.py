@@ -1,0 +1,273 @@
+"""A scrape target that serves the exporters' series for a whole simulated fleet.
+
+Measuring the recording rules at 16,000 Instances needs 16,000 Instances' worth
+of series, not 16,000 processes. Every series is generated from the catalog's
+Family objects (name, type, help, label names), so the fleet cannot drift from
+what the real exporters publish; a family the generator cannot label fails
+loudly instead of being skipped.
+
+Rendering stays cheap at that size: each shard's exposition text is built once
+as a %-format template, and a periodic tick only fills in new values (counters
+advance, timestamps follow the clock), one C-level format per shard.
+
+Paths: /metrics/instances/<shard> (Instance exporters, `shard_size` Instances
+each) and /metrics/proxies/<proxy> (one Proxy exporter each). /targets lists
+them all for a scrape config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from exporters.common import catalog
+from exporters.common.catalog import Family
+
+# Label values for every non-identity label the catalog uses. GPU labels are
+# expanded together (one GPU has one uuid and one model).
+GPU_MODEL = "H100"
+OTHER_LABELS: dict[str, Sequence[str]] = {
+    "device": ("eth0",),
+    "collector": ("host", "gpu", "engine"),
+    "reason": ("timeout",),
+    "state": catalog.ADMISSION_STATES,
+    "outcome": catalog.OUTCOMES,
+    "queue": catalog.QUEUES,
+}
+GPU_LABELS = frozenset(catalog.GPU_LABELS)
+BUCKETS = ("0.1", "0.5", "1", "5", "10", "+Inf")
+
+# Gauge values that make the fleet look like a healthy, moderately busy one;
+# any gauge not listed reads 1.
+GAUGES: dict[str, float] = {
+    catalog.HOST_CPU_UTILIZATION.name: 0.4,
+    catalog.HOST_CPU_COUNT.name: 64,
+    catalog.HOST_MEMORY_TOTAL.name: 512e9,
+    catalog.HOST_MEMORY_USED.name: 200e9,
+    catalog.HOST_MEMORY_AVAILABLE.name: 312e9,
+    catalog.GPU_UTILIZATION.name: 0.7,
+    catalog.GPU_MEMORY_USED.name: 60e9,
+    catalog.GPU_MEMORY_TOTAL.name: 80e9,
+    catalog.GPU_POWER.name: 500,
+    catalog.GPU_TEMPERATURE.name: 60,
+    catalog.ENGINE_REQUESTS_RUNNING.name: 6,
+    catalog.ENGINE_REQUESTS_WAITING.name: 2,
+    catalog.ENGINE_KV_CACHE_USAGE.name: 0.5,
+    catalog.INSTANCE_CAPACITY.name: 16,
+    catalog.PROXY_INSTANCE_CAPACITY.name: 16,
+    catalog.PROXY_INSTANCE_INFLIGHT.name: 7,
+    catalog.PROXY_INSTANCE_IDLE.name: 2,
+    catalog.PROXY_QUEUE_DEPTH.name: 3,
+    catalog.PROXY_QUEUE_CAPACITY.name: 64,
+    catalog.PROXY_QUEUE_OLDEST_AGE.name: 0.5,
+    catalog.COLLECTOR_DURATION.name: 0.01,
+    catalog.PROXY_COLLECTOR_DURATION.name: 0.001,
+}
+COUNTER_RATE = 10.0  # per second, every counter series
+STATE = "accepting"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One exposition line: its text up to the value, and how the value moves."""
+
+    prefix: str
+    base: float
+    slope: float  # per second since the fleet started
+
+
+def _label_text(family: Family, values: dict[str, str]) -> str:
+    missing = set(family.labels) - values.keys()
+    if missing:
+        raise ValueError(f"{family.name}: no value for labels {sorted(missing)}")
+    return ",".join(f'{name}="{values[name]}"' for name in family.labels)
+
+
+def _label_sets(family: Family, identity: dict[str, str], gpus: int) -> Iterator[dict[str, str]]:
+    extra = [n for n in family.labels if n not in identity and n not in GPU_LABELS]
+    unknown = [n for n in extra if n not in OTHER_LABELS]
+    if unknown:
+        raise ValueError(f"{family.name}: the fleet has no values for labels {unknown}")
+    gpu_sets: list[dict[str, str]] = [{}]
+    if GPU_LABELS & set(family.labels):
+        gpu_sets = [{"gpu": str(g), "gpu_uuid": f"GPU-{identity.get('instance_id', '')}-{g}",
+                     "gpu_model": GPU_MODEL} for g in range(gpus)]
+    for gpu in gpu_sets:
+        for combo in itertools.product(*(OTHER_LABELS[n] for n in extra)):
+            yield {**identity, **gpu, **dict(zip(extra, combo, strict=True))}
+
+
+def _gauge(family: Family, labels: dict[str, str], start: float) -> tuple[float, float]:
+    if family.name.endswith("_timestamp_seconds"):
+        return start, 1.0
+    if family is catalog.INSTANCE_ADMISSION_STATE:
+        return (1.0 if labels["state"] == STATE else 0.0), 0.0
+    return GAUGES.get(family.name, 1.0), 0.0
+
+
+def _samples(family: Family, identity: dict[str, str], gpus: int,
+             start: float) -> Iterator[Sample]:
+    for labels in _label_sets(family, identity, gpus):
+        text = _label_text(family, labels)
+        if family.kind == "gauge":
+            yield Sample(f"{family.name}{{{text}}} ", *_gauge(family, labels, start))
+        elif family.kind == "counter":
+            yield Sample(f"{family.name}{{{text}}} ", 0.0, COUNTER_RATE)
+        else:
+            for i, le in enumerate(BUCKETS):
+                share = (i + 1) / len(BUCKETS)
+                yield Sample(f'{family.name}_bucket{{{text},le="{le}"}} ', 0.0,
+                             COUNTER_RATE * share)
+            yield Sample(f"{family.name}_sum{{{text}}} ", 0.0, COUNTER_RATE * 0.8)
+            yield Sample(f"{family.name}_count{{{text}}} ", 0.0, COUNTER_RATE)
+
+
+def _header(family: Family) -> str:
+    # client_python's text format names a counter's HELP/TYPE with `_total`, as here.
+    return f"# HELP {family.name} {family.help}\n# TYPE {family.name} {family.kind}\n"
+
+
+def _is_proxy_family(family: Family) -> bool:
+    return family.name.startswith("poolscope_proxy_")
+
+
+Block = tuple[Sequence[Family], Sequence[dict[str, str]]]
+
+
+class Shard:
+    """One scrape target's exposition, rendered from a template on every tick.
+
+    `blocks` pairs families with the identities (label values of proxy_id,
+    instance_id, source) they are published for.
+    """
+
+    def __init__(self, blocks: Sequence[Block], gpus: int, start: float) -> None:
+        parts: list[str] = []
+        samples: list[Sample] = []
+        for families, identities in blocks:
+            for family in families:
+                parts.append(_header(family).replace("%", "%%"))
+                for identity in identities:
+                    for sample in _samples(family, identity, gpus, start):
+                        parts.append(sample.prefix.replace("%", "%%") + "%r\n")
+                        samples.append(sample)
+        self._template = "".join(parts)
+        self._samples = samples
+        self._start = start
+        self.body = b""
+
+    @property
+    def series(self) -> int:
+        return len(self._samples)
+
+    def render(self, now: float) -> None:
+        t = now - self._start
+        values = tuple(s.base + s.slope * t for s in self._samples)
+        self.body = (self._template % values).encode()
+
+
+class Fleet:
+    """Every shard of a fleet of `instances` Instances behind `proxies` Proxies."""
+
+    def __init__(self, instances: int, proxies: int, gpus: int = 2,
+                 shard_size: int = 500, start: float | None = None) -> None:
+        start = time.time() if start is None else start
+        families = catalog.all_families()
+        instance_families = [f for f in families if not _is_proxy_family(f)]
+        per_instance_proxy = [f for f in families
+                              if _is_proxy_family(f) and "instance_id" in f.labels]
+        proxy_level = [f for f in families if _is_proxy_family(f) and "instance_id" not in f.labels]
+        ids = [{"proxy_id": _proxy_id(i % proxies), "instance_id": f"inst-{i:06d}",
+                "source": "fleet"} for i in range(instances)]
+        self.instance_shards = {
+            str(n): Shard([(instance_families, ids[lo:lo + shard_size])], gpus, start)
+            for n, lo in enumerate(range(0, instances, shard_size))}
+        self.proxy_shards = {
+            _proxy_id(p): Shard([(per_instance_proxy, ids[p::proxies]),
+                                 (proxy_level, [{"proxy_id": _proxy_id(p), "source": "fleet"}])],
+                                gpus, start)
+            for p in range(proxies)}
+
+    def shards(self) -> Iterator[Shard]:
+        yield from self.instance_shards.values()
+        yield from self.proxy_shards.values()
+
+    def render(self, now: float) -> None:
+        for shard in self.shards():
+            shard.render(now)
+
+    def paths(self) -> list[str]:
+        return ([f"/metrics/instances/{k}" for k in self.instance_shards]
+                + [f"/metrics/proxies/{k}" for k in self.proxy_shards])
+
+    @property
+    def series(self) -> int:
+        return sum(s.series for s in self.shards())
+
+
+def _proxy_id(index: int) -> str:
+    return f"proxy-{index:04d}"
+
+
+def make_app(fleet: Fleet, tick: float) -> web.Application:
+    """The aiohttp app; a background task re-renders every `tick` seconds."""
+
+    async def instances(request: web.Request) -> web.Response:
+        return _serve(fleet.instance_shards.get(request.match_info["shard"]))
+
+    async def proxies(request: web.Request) -> web.Response:
+        return _serve(fleet.proxy_shards.get(request.match_info["proxy"]))
+
+    async def targets(_: web.Request) -> web.Response:
+        return web.json_response({"paths": fleet.paths(), "series": fleet.series})
+
+    async def ticker(_: web.Application) -> AsyncIterator[None]:
+        async def loop() -> None:
+            while True:
+                fleet.render(time.time())
+                await asyncio.sleep(tick)
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+
+    app = web.Application()
+    app.router.add_get("/metrics/instances/{shard}", instances)
+    app.router.add_get("/metrics/proxies/{proxy}", proxies)
+    app.router.add_get("/targets", targets)
+    app.cleanup_ctx.append(ticker)
+    return app
+
+
+def _serve(shard: Shard | None) -> web.Response:
+    if shard is None:
+        raise web.HTTPNotFound()
+    return web.Response(body=shard.body, content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type-Options": "nosniff"})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=1000)
+    parser.add_argument("--proxies", type=int, default=10)
+    parser.add_argument("--gpus-per-instance", type=int, default=2)
+    parser.add_argument("--shard-size", type=int, default=500)
+    parser.add_argument("--tick", type=float, default=5.0, help="seconds between re-renders")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    fleet = Fleet(args.instances, args.proxies, args.gpus_per_instance, args.shard_size)
+    fleet.render(time.time())
+    print(json.dumps({"series": fleet.series, "targets": len(fleet.paths())}), flush=True)
+    web.run_app(make_app(fleet, args.tick), host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The benchmark's fleet target serves exactly the catalog's series, in valid exposition format.
+
+If it drifted from the catalog, the rule benchmark would measure rules
+against series no exporter publishes.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.fleet_target import Fleet
+from exporters.common import catalog
+
+
+def _parse(fleet: Fleet) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    families: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    for shard in fleet.shards():
+        for family in text_string_to_metric_families(shard.body.decode()):
+            samples = families.setdefault(family.name, [])
+            samples.extend((s.name, s.labels, s.value) for s in family.samples)
+    return families
+
+
+def test_serves_every_catalog_family_with_its_labels() -> None:
+    fleet = Fleet(instances=3, proxies=2, gpus=2, shard_size=2, start=1000.0)
+    fleet.render(1010.0)
+    parsed = _parse(fleet)
+    for family in catalog.all_families():
+        base = family.name.removesuffix("_total") if family.kind == "counter" else family.name
+        samples = parsed.pop(base)
+        assert samples, family.name
+        for _, labels, _ in samples:
+            assert set(family.labels) <= labels.keys(), (family.name, labels)
+    assert parsed == {}
+    assert sum(len(v) for v in _parse(fleet).values()) == fleet.series
+
+
+def test_each_instance_belongs_to_one_proxy_and_counters_advance() -> None:
+    fleet = Fleet(instances=4, proxies=2, gpus=1, start=1000.0)
+    fleet.render(1010.0)
+    registered = _parse(fleet)["poolscope_proxy_instance_registered"]
+    owners = {labels["instance_id"]: labels["proxy_id"] for _, labels, _ in registered}
+    assert len(owners) == 4 and set(owners.values()) == {"proxy-0000", "proxy-0001"}
+    before = _parse(fleet)["poolscope_proxy_requests"]
+    fleet.render(1020.0)
+    after = _parse(fleet)["poolscope_proxy_requests"]
+    assert all(a[2] > b[2] for a, b in zip(after, before, strict=True))

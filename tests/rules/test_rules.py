@@ -1,0 +1,151 @@
+"""The recording rules: they load, they compute what their tests say, and they cover the bridge.
+
+Each promtool test case runs on its own, so a failure names the case; a
+mutated expectation must make promtool fail, so a harness that passed
+everything would be caught. vmalert loads the same files, because a scale-out
+deployment runs them there (DESIGN.md, Scale).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scheduler_bridge.fields import FIELDS, Kind, rollup_names
+from tests.support.prometheus import REPO, binary
+
+RULES_DIR = REPO / "rules"
+RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
+TEST_FILES = sorted((RULES_DIR / "tests").glob("*.yml"))
+LEVELS = {"poolscope.instance": ("instance", "instance_gpu")}
+POOL_LEVEL = "proxy_pool"
+RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$|^proxy_pool:[a-z_]+$")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def _groups() -> list[dict[str, Any]]:
+    return [g for f in RULE_FILES for g in _load(f)["groups"]]
+
+
+def _rules() -> list[dict[str, Any]]:
+    return [r for g in _groups() for r in g["rules"]]
+
+
+def _cases() -> list[tuple[Path, int, str]]:
+    return [(f, i, case.get("name", "")) for f in TEST_FILES
+            for i, case in enumerate(_load(f)["tests"])]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+
+
+def _single_case_file(tmp_path: Path, test_file: Path, case: dict[str, Any]) -> Path:
+    """The test file with one case only, its rule files made absolute."""
+    spec = _load(test_file)
+    spec["rule_files"] = [str((test_file.parent / r).resolve()) for r in spec["rule_files"]]
+    spec["tests"] = [case]
+    out = tmp_path / test_file.name
+    out.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return out
+
+
+@pytest.mark.parametrize("rule_file", RULE_FILES, ids=lambda p: p.name)
+def test_promtool_check_rules(rule_file: Path) -> None:
+    result = _run(binary("promtool"), "check", "rules", str(rule_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("rule_file", RULE_FILES, ids=lambda p: p.name)
+def test_vmalert_dry_run_loads(rule_file: Path) -> None:
+    result = _run(binary("vmalert"), "-dryRun", f"-rule={rule_file}")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("test_file", "index", "name"), _cases(),
+                         ids=[f"{f.stem}::{n}" for f, _, n in _cases()])
+def test_promtool_case(tmp_path: Path, test_file: Path, index: int, name: str) -> None:
+    assert name, f"{test_file.name} case {index} has no name"
+    case = _load(test_file)["tests"][index]
+    result = _run(binary("promtool"), "test", "rules",
+                  str(_single_case_file(tmp_path, test_file, case)))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda p: p.name)
+def test_promtool_fails_on_a_wrong_value(tmp_path: Path, test_file: Path) -> None:
+    """Proves the cases are checked at all: one expectation off by one must fail."""
+    case = _load(test_file)["tests"][0]
+    sample = next(s for t in case["promql_expr_test"] for s in t.get("exp_samples") or [])
+    sample["value"] += 1
+    result = _run(binary("promtool"), "test", "rules",
+                  str(_single_case_file(tmp_path, test_file, case)))
+    assert result.returncode != 0
+    assert "FAILED" in result.stdout + result.stderr
+
+
+def test_every_group_has_a_test_file() -> None:
+    groups = {g["name"] for g in _groups()}
+    assert groups == {f.stem for f in TEST_FILES}
+
+
+def test_case_names_are_unique_per_file() -> None:
+    for test_file in TEST_FILES:
+        names = [case.get("name") for case in _load(test_file)["tests"]]
+        assert len(names) == len(set(names)), test_file.name
+
+
+def test_every_rollup_the_bridge_reads_is_recorded() -> None:
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for rule in _rules():
+        by_name.setdefault(rule["record"], []).append(rule)
+    assert rollup_names() <= by_name.keys(), rollup_names() - by_name.keys()
+    for field in FIELDS:
+        rules = by_name[field.rollup]
+        for label in field.matchers:
+            assert all(f"({label}" in r["expr"] or f", {label}" in r["expr"] for r in rules), (
+                f"{field.rollup} is not aggregated by {label}")
+        if field.kind is Kind.STATE:
+            assert all(field.state_label in r["labels"] for r in rules), field.rollup
+
+
+def test_no_rule_invents_a_zero() -> None:
+    for rule in _rules():
+        expr = re.sub(r"\s+", "", rule["expr"])
+        assert "vector(0)" not in expr, rule["record"]
+        assert "absent(" not in expr, rule["record"]
+
+
+def test_pool_rollups_name_their_source() -> None:
+    for group in _groups():
+        for rule in group["rules"]:
+            name = rule["record"]
+            assert RECORD_NAME.match(name), name
+            level = name.split(":", 1)[0]
+            assert level in LEVELS.get(group["name"], (POOL_LEVEL,)), (group["name"], name)
+            if level == POOL_LEVEL:
+                assert rule.get("labels", {}).get("source"), name
+
+
+@pytest.mark.parametrize("rule_file", RULE_FILES, ids=lambda p: p.name)
+def test_every_rule_says_why_it_exists(rule_file: Path) -> None:
+    """A rule is preceded by a comment, or by a rule of the same name that has one."""
+    previous_line, previous_record = "", ""
+    for line in rule_file.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        match = re.match(r"- record: (\S+)", stripped)
+        if match:
+            record = match.group(1)
+            assert previous_line.startswith("#") or record == previous_record, record
+            previous_record = record
+        previous_line = stripped
