@@ -81,7 +81,12 @@ def test_rollup_agrees_with_raw_series(prom: Prometheus, rollup: str) -> None:
 def test_every_rollup_the_bridge_needs_exists(prom: Prometheus) -> None:
     # GPU rollups are absent on a machine without GPUs: that absence is the contract.
     expected = {f.rollup for f in FIELDS if "gpu" not in f.rollup}
-    present = {s["metric"]["__name__"] for s in prom.query('{__name__=~"proxy_pool:.+"}')}
+    deadline = time.monotonic() + 60  # rate()-based rollups need a second scrape first
+    while True:
+        present = {s["metric"]["__name__"] for s in prom.query('{__name__=~"proxy_pool:.+"}')}
+        if expected <= present or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert expected - present == set()
     assert not any("gpu_util" in name for name in present)
 
@@ -118,8 +123,10 @@ def test_pools_follow_the_load_they_were_given(prom: Prometheus) -> None:
 def test_sources_endpoint_explains_null_gpu_fields(cluster: Cluster, prom: Prometheus) -> None:
     status, body = get_json(f"{cluster.scheduler_bridge_url}/debug/pool_resource_sources")
     assert status == 200
+    assert body["pools"] == 2
     fields = {f["path"]: f for f in body["fields"]}
     gpu = fields["utilization.gpu_util_avg"]
-    assert gpu["wired"] is False
-    assert "GPU" in gpu["null_reason"]
-    assert fields["load.inflight_total"]["wired"] is True
+    assert gpu["wired"] == 0
+    assert "GPU" in gpu["null_when"]
+    assert fields["load.inflight_total"]["wired"] == 2
+    assert fields["load.inflight_total"]["sources"] == {"proxy_dispatch": 2}
