@@ -1,0 +1,79 @@
+"""The metric audit's tables, rendered from the code that defines the metrics.
+
+`docs/metrics.md` holds these tables between generated-section markers; a test
+fails when they drift from `fields.FIELDS` and `catalog`, so the documented
+audit can never disagree with what the bridges serve.
+
+    python -m scheduler_bridge.audit --write docs/metrics.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from exporters.common import catalog
+from scheduler_bridge.fields import FIELDS, Kind
+
+Renderer = Callable[[], str]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def field_table() -> str:
+    """One row per pool-summary field: where it comes from and when it is null."""
+    rows = ["| field | rollup | raw series (exporter, lower-layer module) | classification "
+            "| null when | level |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for f in FIELDS:
+        selector = "".join(f'{{{k}="{v}"}}' for k, v in f.matchers.items())
+        unit = f" x {f.scale:g}" if f.scale != 1 else ""
+        kind = f" ({f.state_label} state set)" if f.kind is Kind.STATE else ""
+        rows.append(f"| `{f.path}` | `{f.rollup}{selector}`{unit}{kind} | {_cell(f.lower_layer)} "
+                    f"| {f.classification} | {_cell(f.null_when)} | Scheduler |")
+    return "\n".join(rows)
+
+
+def series_table() -> str:
+    """Every series the exporters publish, from the catalog."""
+    rows = ["| series | type | labels | meaning |", "| --- | --- | --- | --- |"]
+    for fam in catalog.all_families():
+        labels = ", ".join(f"`{name}`" for name in fam.labels)
+        rows.append(f"| `{fam.name}` | {fam.kind} | {labels} | {_cell(fam.help)} |")
+    return "\n".join(rows)
+
+
+SECTIONS: dict[str, Renderer] = {"fields": field_table, "series": series_table}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return (f"<!-- BEGIN GENERATED: {name} (python -m scheduler_bridge.audit) -->",
+            f"<!-- END GENERATED: {name} -->")
+
+
+def render_into(text: str) -> str:
+    """`text` with every generated section replaced by its current rendering."""
+    for name, render in SECTIONS.items():
+        begin, end = _markers(name)
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(text):
+            raise ValueError(f"section markers for {name!r} not found")
+        text = pattern.sub(lambda _m, b=begin, e=end, r=render: f"{b}\n{r()}\n{e}", text)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Regenerate the audit tables in docs/metrics.md.")
+    p.add_argument("--write", type=Path, required=True, help="the Markdown file to update")
+    path = p.parse_args(argv).write
+    path.write_text(render_into(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
