@@ -1,6 +1,8 @@
 # Poolscope: `make demo` runs the stack locally, `make test` runs the suite.
 # Both set up what is missing first: a .venv with the Python dependencies and
-# Debian's prometheus (which brings promtool) and victoria-metrics packages.
+# Debian's packages: prometheus (brings promtool), victoria-metrics (vmalert,
+# vmagent), prometheus-node-exporter (the benchmark's anchor) and chromium
+# (renders the console page and /status in tests).
 
 PYTHON ?= python3
 VENV := .venv
@@ -41,6 +43,7 @@ system-deps:
 	[ -x "$$(command -v $${PROMTOOL_BIN:-promtool})" ] || missing="$$missing prometheus"; \
 	command -v vmalert >/dev/null || missing="$$missing victoria-metrics"; \
 	command -v prometheus-node-exporter >/dev/null || missing="$$missing prometheus-node-exporter"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -q && \

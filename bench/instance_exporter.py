@@ -21,45 +21,18 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
 
 from tests.support.prometheus import free_port, stop_group, wait_http
+from tests.support.static_http import serving_fixture
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_FIXTURE = REPO / "tests" / "fixtures" / "engines" / "vllm.txt"
-
-
-@contextmanager
-def engine_endpoint() -> Iterator[str]:
-    """A stand-in engine /metrics serving the vLLM fixture."""
-    body = VLLM_FIXTURE.read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @dataclass
@@ -161,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.node_exporter:
         ap.error("prometheus-node-exporter not found (apt-get install prometheus-node-exporter)")
     targets: list[Target] = []
-    with engine_endpoint() as engine_url:
+    with serving_fixture("vllm") as engine_url:
         try:
             port = free_port()
             targets.append(start(

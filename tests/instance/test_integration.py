@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.instance.conftest import fixture_text
 from tests.support.prometheus import (
     binary,
     free_port,
@@ -21,31 +18,15 @@ from tests.support.prometheus import (
     stop_group,
     wait_http,
 )
+from tests.support.static_http import serving_fixture
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def vllm_endpoint() -> Iterator[str]:
-    body = fixture_text("vllm").encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
-    server.server_close()
+    with serving_fixture("vllm") as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,0 +1,43 @@
+"""An engine `/metrics` stand-in that serves fixed bytes: the real exposition
+text of an engine, captured in tests/fixtures/engines/, without the engine."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@contextmanager
+def serving(body: bytes, content_type: str = TEXT_FORMAT) -> Iterator[str]:
+    """Serve `body` to every GET on a free loopback port; yields the /metrics URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            """Silence per-request logging: benchmarks and tests read their own output."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def serving_fixture(engine: str) -> contextlib.AbstractContextManager[str]:
+    """Serve tests/fixtures/engines/<engine>.txt."""
+    return serving((FIXTURES / f"{engine}.txt").read_bytes())
