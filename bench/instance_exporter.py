@@ -24,15 +24,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
 from tests.support.prometheus import free_port, stop_group, wait_http
 from tests.support.static_http import serving_fixture
-
-REPO = Path(__file__).resolve().parents[1]
-VLLM_FIXTURE = REPO / "tests" / "fixtures" / "engines" / "vllm.txt"
 
 
 @dataclass

@@ -1,11 +1,20 @@
 """How long the recording rules take at fleet scale, measured by Prometheus itself.
 
 For each fleet size: a fleet target (bench.fleet_target) in its own process,
-a real Prometheus scraping it every 5 s and evaluating rules/ every 5 s, then
-Prometheus' own prometheus_rule_group_last_duration_seconds per group, read
-from its /metrics over several evaluations. The target (issue 4): at 16,000
-Instances every group together stays under 10% of the 5 s interval, and the
-cost grows linearly with the fleet.
+a real Prometheus scraping it every 5 s and evaluating the rules every 5 s.
+Once every group has seen a full fleet, /api/v1/rules is polled twice per
+interval for `--evaluations` intervals; every distinct evaluation (told apart
+by its lastEvaluation) contributes its group's evaluationTime — the value
+Prometheus also exports as prometheus_rule_group_last_duration_seconds — and
+each rule's own evaluationTime, so one slow or lucky evaluation cannot stand
+for the fleet size, and the rules that dominate are named.
+
+The same box runs the scraper, the rule engine and the fleet target, so the
+CPU each of them used over the sampling window is reported beside the rule
+times: a saturated box makes every number slower, and the table says when.
+
+The target (issue 4): at 16,000 Instances every group together stays under 10%
+of the 5 s interval, and the cost grows linearly with the fleet.
 
     python -m bench.rules_eval --instances 1000,4000,16000
 """
@@ -21,12 +30,14 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+import psutil
 
 from tests.support.prometheus import (
+    REPO,
     Prometheus,
     free_port,
     running_prometheus,
@@ -36,18 +47,52 @@ from tests.support.prometheus import (
 
 INTERVAL_S = 5.0
 BUDGET_RATIO = 0.10
+TOP_RULES = 8
 
 
-@dataclass(frozen=True)
+@dataclass
+class Usage:
+    """CPU seconds a process used over a window, and its memory at the end."""
+
+    process: psutil.Process
+    cpu_start: float = 0.0
+    cpu_s: float = 0.0
+    rss_bytes: int = 0
+
+    def begin(self) -> None:
+        self.cpu_start = _cpu_seconds(self.process)
+
+    def end(self) -> None:
+        self.cpu_s = _cpu_seconds(self.process) - self.cpu_start
+        self.rss_bytes = sum(p.memory_info().rss for p in _tree(self.process))
+
+
+def _tree(process: psutil.Process) -> list[psutil.Process]:
+    return [process, *process.children(recursive=True)]
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    return sum(t.user + t.system for t in (p.cpu_times() for p in _tree(process)))
+
+
+@dataclass
 class Result:
     instances: int
     series: int  # TSDB head series, raw and recorded
     target_series: int  # what the fleet target serves
-    group_seconds: dict[str, float]  # median last duration per rule group
+    window_s: float
+    group_seconds: dict[str, list[float]] = field(default_factory=dict)
+    rule_seconds: dict[str, list[float]] = field(default_factory=dict)
+    cpu_cores: dict[str, float] = field(default_factory=dict)  # process -> cores used
+    rss_gib: dict[str, float] = field(default_factory=dict)
+    box_busy: float = 0.0  # share of all cores busy over the window
+
+    def group_mean(self, group: str) -> float:
+        return statistics.fmean(self.group_seconds[group])
 
     @property
     def total_seconds(self) -> float:
-        return sum(self.group_seconds.values())
+        return sum(self.group_mean(g) for g in self.group_seconds)
 
     @property
     def ratio(self) -> float:
@@ -61,9 +106,9 @@ def _fleet(instances: int, proxies: int, gpus: int, port: int) -> subprocess.Pop
         stdout=subprocess.DEVNULL, start_new_session=True)
 
 
-def _get(url: str) -> str:
+def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as r:
-        return r.read().decode()
+        return json.load(r)
 
 
 def _scrape_config(port: int, paths: Sequence[str]) -> dict[str, object]:
@@ -78,57 +123,104 @@ def _scrape_config(port: int, paths: Sequence[str]) -> dict[str, object]:
     }
 
 
-def _self_metrics(prom: Prometheus) -> tuple[dict[str, float], float]:
-    """prometheus_rule_group_last_duration_seconds per group, and head series."""
-    durations: dict[str, float] = {}
-    head = 0.0
-    for family in text_string_to_metric_families(_get(f"{prom.url}/metrics")):
-        for s in family.samples:
-            if s.name == "prometheus_rule_group_last_duration_seconds":
-                durations[s.labels["rule_group"].rsplit(";", 1)[-1]] = s.value
-            elif s.name == "prometheus_tsdb_head_series":
-                head = s.value
-    return durations, head
+def _sample_rules(prom: Prometheus, result: Result, seen: dict[str, str]) -> None:
+    """Record each group evaluation not seen yet, with its rules' own times."""
+    for group in _get(f"{prom.url}/api/v1/rules")["data"]["groups"]:
+        name = group["name"]
+        if seen.get(name) == group["lastEvaluation"]:
+            continue
+        seen[name] = group["lastEvaluation"]
+        result.group_seconds.setdefault(name, []).append(group["evaluationTime"])
+        for i, rule in enumerate(group["rules"]):
+            # Rules of one name (a state set) are told apart by position.
+            key = f"{name} #{i:02d} {rule['name']}"
+            result.rule_seconds.setdefault(key, []).append(rule["evaluationTime"])
 
 
-def measure(instances: int, proxies: int, gpus: int, evaluations: int,
-            workdir: Path) -> Result:
+def _head_series(prom: Prometheus) -> int:
+    """From Prometheus' own /metrics: it does not scrape itself here."""
+    with urllib.request.urlopen(f"{prom.url}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("prometheus_tsdb_head_series "):
+                return int(float(line.split()[1]))
+    raise RuntimeError("Prometheus exports no prometheus_tsdb_head_series")
+
+
+def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: Path,
+            rule_files: Sequence[Path]) -> Result:
     """Run one fleet size until every target is up and rules are warm, then sample."""
     port = free_port()
     fleet = _fleet(instances, proxies, gpus, port)
     try:
-        wait_http(f"http://127.0.0.1:{port}/targets", timeout=300)
-        info = json.loads(_get(f"http://127.0.0.1:{port}/targets"))
+        wait_http(f"http://127.0.0.1:{port}/targets", timeout=600)
+        info = _get(f"http://127.0.0.1:{port}/targets")
         with running_prometheus(workdir, [_scrape_config(port, info["paths"])],
+                                rule_files=rule_files,
                                 evaluation_interval=f"{INTERVAL_S:g}s") as prom:
+            assert prom.process is not None
             prom.wait_for(f'count(up == 1) == {len(info["paths"])}', timeout=600)
             # Rates need two scrapes and the pool groups read the instance
             # group's output: let every group see a full fleet before sampling.
             prom.wait_for("proxy_pool:requests:rate1m", timeout=600)
             time.sleep(3 * INTERVAL_S)
-            samples: dict[str, list[float]] = {}
-            head = 0.0
-            for _ in range(evaluations):
-                durations, head = _self_metrics(prom)
-                for group, seconds in durations.items():
-                    samples.setdefault(group, []).append(seconds)
-                time.sleep(INTERVAL_S)
-        return Result(instances, int(head), int(info["series"]),
-                      {g: statistics.median(v) for g, v in sorted(samples.items())})
+            usage = {"prometheus": Usage(psutil.Process(prom.process.pid)),
+                     "fleet target": Usage(psutil.Process(fleet.pid))}
+            result = Result(instances, 0, int(info["series"]), 0.0)
+            seen: dict[str, str] = {}
+            _sample_rules(prom, result, seen)  # the evaluation in progress is not timed
+            result.group_seconds.clear()
+            result.rule_seconds.clear()
+            for u in usage.values():
+                u.begin()
+            box_start = psutil.cpu_times()
+            started = time.monotonic()
+            for _ in range(2 * evaluations):
+                time.sleep(INTERVAL_S / 2)
+                _sample_rules(prom, result, seen)
+            result.window_s = time.monotonic() - started
+            box = psutil.cpu_times()
+            busy = sum(box) - sum(box_start) - (box.idle - box_start.idle)
+            result.box_busy = busy / (sum(box) - sum(box_start))
+            for name, u in usage.items():
+                u.end()
+                result.cpu_cores[name] = u.cpu_s / result.window_s
+                result.rss_gib[name] = u.rss_bytes / 2**30
+            result.series = _head_series(prom)
+        return result
     finally:
         stop_group(fleet)
 
 
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def table(results: Sequence[Result]) -> str:
-    """A markdown table: per-group seconds, series per Instance, share of the interval."""
+    """Per-group mean seconds, share of the interval, series per Instance, CPU and memory."""
     groups = sorted({g for r in results for g in r.group_seconds})
-    head = ["Instances", "head series", "series / Instance", *groups, "all groups", "of 5 s"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["Instances", "head series", "series / Instance", *groups, "all groups", "of 5 s",
+            "evals", "Prometheus CPU", "target CPU", "box busy", "Prometheus RSS"]
+    rows = [_row(head), "|" + "---|" * len(head)]
     for r in results:
-        cells = [f"{r.instances:,}", f"{r.series:,}", f"{r.series / r.instances:.1f}",
-                 *(f"{r.group_seconds.get(g, float('nan')) * 1000:.1f} ms" for g in groups),
-                 f"{r.total_seconds * 1000:.1f} ms", f"{r.ratio:.1%}"]
-        rows.append("| " + " | ".join(cells) + " |")
+        rows.append(_row([
+            f"{r.instances:,}", f"{r.series:,}", f"{r.series / r.instances:.1f}",
+            *(f"{r.group_mean(g) * 1000:.1f} ms" if g in r.group_seconds else "-"
+              for g in groups),
+            f"{r.total_seconds * 1000:.1f} ms", f"{r.ratio:.1%}",
+            str(min(len(v) for v in r.group_seconds.values())),
+            f"{r.cpu_cores['prometheus']:.2f} cores", f"{r.cpu_cores['fleet target']:.2f} cores",
+            f"{r.box_busy:.0%} of {psutil.cpu_count()}",
+            f"{r.rss_gib['prometheus']:.1f} GiB"]))
+    return "\n".join(rows)
+
+
+def rule_table(result: Result, top: int = TOP_RULES) -> str:
+    """The rules that cost most at one fleet size, mean evaluationTime each."""
+    means = sorted(((statistics.fmean(v), k) for k, v in result.rule_seconds.items()),
+                   reverse=True)
+    rows = [_row([f"rule at {result.instances:,} Instances", "mean", "share"]), "|---|---|---|"]
+    total = sum(m for m, _ in means)
+    rows += [_row([f"`{k}`", f"{m * 1000:.1f} ms", f"{m / total:.0%}"]) for m, k in means[:top]]
     return "\n".join(rows)
 
 
@@ -138,18 +230,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated fleet sizes")
     parser.add_argument("--instances-per-proxy", type=int, default=100)
     parser.add_argument("--gpus-per-instance", type=int, default=2)
-    parser.add_argument("--evaluations", type=int, default=6,
-                        help="rule evaluations sampled per fleet size (median reported)")
+    parser.add_argument("--evaluations", type=int, default=20,
+                        help="rule evaluation intervals sampled per fleet size (mean reported)")
+    parser.add_argument("--rules", type=Path, default=REPO / "rules",
+                        help="directory of rule files (to compare against another version)")
+    parser.add_argument("--top-rules", type=int, default=TOP_RULES,
+                        help="slowest rules listed per fleet size")
     args = parser.parse_args(argv)
+    rule_files = sorted(args.rules.resolve().glob("*.yml"))
     results = []
     for n in (int(x) for x in args.instances.split(",")):
         with tempfile.TemporaryDirectory(prefix="poolscope-rules-eval-") as tmp:
             result = measure(n, max(1, n // args.instances_per_proxy), args.gpus_per_instance,
-                             args.evaluations, Path(tmp))
-        print(f"{n} Instances: {result.total_seconds * 1000:.1f} ms ({result.ratio:.1%})",
+                             args.evaluations, Path(tmp), rule_files)
+        print(f"{n} Instances: {result.total_seconds * 1000:.1f} ms ({result.ratio:.1%}), "
+              f"Prometheus {result.cpu_cores['prometheus']:.2f} cores",
               file=sys.stderr, flush=True)
         results.append(result)
     print(table(results))
+    for r in results:
+        print()
+        print(rule_table(r, args.top_rules))
     return 0 if all(r.ratio < BUDGET_RATIO for r in results) else 1
 
 
