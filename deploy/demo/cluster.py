@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -36,6 +36,7 @@ class Pool:
     proxy_id: str
     proxy_url: str
     exporter_urls: tuple[str, ...]
+    bridge_url: str = ""  # its Proxy bridge, once Prometheus is up
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -49,6 +50,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--prometheus-port", type=int, default=9090,
                    help="preferred port; a free one is used when it is taken")
     p.add_argument("--scheduler-bridge-port", type=int, default=7002)
+    p.add_argument("--proxy-bridge-port", type=int, default=8003,
+                   help="the first pool's Proxy bridge; the others take the next free ports")
     p.add_argument("--scrape-interval", type=float, default=2.0)
     p.add_argument("--workdir", type=Path, default=None,
                    help="logs, Prometheus data and config (default: a temporary folder)")
@@ -171,6 +174,7 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
             "scheduler-bridge", "scheduler_bridge", "--prometheus-url", prom_url,
             "--listen", f"127.0.0.1:{sched_port}")
         wait_ready(f"{sched_url}/healthz", bridge)
+        pools = start_proxy_bridges(group, pools, prom_url, args.proxy_bridge_port)
         load_args = [a for k, pool in enumerate(pools)
                      for a in ("--target", f"{pool.proxy_url}={args.rate * (k + 1):g}")]
         if args.rate:
@@ -179,6 +183,21 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
         yield Cluster(workdir, prom_url, sched_url, tuple(pools), group)
     finally:
         group.stop()
+
+
+def start_proxy_bridges(group: ProcessGroup, pools: Sequence[Pool], prom_url: str,
+                        first_port: int) -> list[Pool]:
+    """One Proxy bridge per pool: the Proxy-local view sits beside its Proxy."""
+    bridged = []
+    for k, pool in enumerate(pools):
+        port = port_or_free(first_port + k if first_port else 0)
+        url = f"http://127.0.0.1:{port}"
+        child = group.start_python(f"proxy-bridge-{pool.proxy_id}", "proxy_bridge",
+                                   "--proxy-id", pool.proxy_id, "--prometheus-url", prom_url,
+                                   "--listen", f"127.0.0.1:{port}")
+        wait_ready(f"{url}/healthz", child)
+        bridged.append(replace(pool, bridge_url=url))
+    return bridged
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,7 +229,10 @@ def print_urls(cluster: Cluster) -> None:
         f"                    {sched_url}/debug/pool_resource_sources",
     ]
     for pool in cluster.pools:
-        lines.append(f"  {pool.proxy_id:<17} proxy {pool.proxy_url}/metrics")
+        lines.append(f"  {pool.proxy_id:<17} proxy bridge {pool.bridge_url}/debug/pool_resource"
+                     "[?detail=local]")
+        lines.append(f"  {'':<17} {pool.bridge_url}/debug/pool_resource_sources")
+        lines.append(f"  {'':<17} proxy {pool.proxy_url}/metrics")
         lines.extend(f"  {'':<17} exporter {u}/metrics" for u in pool.exporter_urls)
     lines.append(f"  logs              {cluster.workdir / 'logs'}")
     print("\n".join(lines), flush=True)

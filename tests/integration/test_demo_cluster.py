@@ -29,7 +29,7 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "scheduler_bridge" / 
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     args = argparse.Namespace(
         proxies=2, instances=2, duration=0.0, rate=3.0, prometheus_port=0,
-        scheduler_bridge_port=0, scrape_interval=1.0,
+        scheduler_bridge_port=0, proxy_bridge_port=0, scrape_interval=1.0,
         workdir=tmp_path_factory.mktemp("demo"), prometheus_bin=None)
     with running_cluster(args) as c:
         yield c
@@ -130,3 +130,19 @@ def test_sources_endpoint_explains_null_gpu_fields(cluster: Cluster, prom: Prome
     assert "GPU" in gpu["null_when"]
     assert fields["load.inflight_total"]["wired"] == 2
     assert fields["load.inflight_total"]["sources"] == {"proxy_dispatch": 2}
+
+
+def test_proxy_bridge_serves_its_pool_and_the_local_detail(cluster: Cluster,
+                                                          prom: Prometheus) -> None:
+    pool = cluster.pools[0]
+    status, summary = get_json(f"{pool.bridge_url}/debug/pool_resource")
+    assert status == 200
+    jsonschema.validate(summary, SCHEMA)
+    assert summary["proxy_id"] == pool.proxy_id
+    _, scheduler = get_json(f"{cluster.scheduler_bridge_url}/v1/pool_resources/{pool.proxy_id}")
+    assert summary.keys() == scheduler.keys()
+    status, local = get_json(f"{pool.bridge_url}/debug/pool_resource?detail=local")
+    assert status == 200
+    assert local == local | {"proxy_id": pool.proxy_id}
+    assert sorted(i["instance_id"] for i in local["instances"]) == [
+        f"{pool.proxy_id}-inst-1", f"{pool.proxy_id}-inst-2"]

@@ -1,0 +1,215 @@
+"""The Proxy bridge's HTTP face: one pool, in detail, and why each of its fields is
+what it is.
+
+The compact summary is built by the Scheduler bridge's code (`read_snapshot`, the
+same rollup selectors narrowed to this pool, and `encode_json`), so both bridges
+serve the same bytes for this pool. The Proxy-local series are read in the same
+refresh, at the same evaluation time, so the detail, the summary and the null
+reasons describe one instant. Middlewares, caching, stale serving and the shared
+routes are the Scheduler bridge's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from proxy_bridge.diagnosis import null_reasons
+from proxy_bridge.heartbeat import heartbeat_payload
+from proxy_bridge.local import LocalView
+from proxy_bridge.local_queries import LocalQueries, read_local
+from proxy_bridge.metrics import ProxyBridgeMetrics
+from proxy_bridge.promql import scoped, validate_proxy_id
+from scheduler_bridge.app import (
+    CACHE,
+    METRICS,
+    REGISTRY,
+    Settings,
+    _bearer_auth,
+    _freshness_headers,
+    _json_errors,
+    _serve,
+    _timing,
+    healthz,
+    json_error,
+    metrics_page,
+    readyz,
+)
+from scheduler_bridge.cache import Served, SnapshotCache
+from scheduler_bridge.promapi import PrometheusAPI
+from scheduler_bridge.queries import read_snapshot
+from scheduler_bridge.sources import describe_sources
+from scheduler_bridge.summary import PoolSnapshot, Sample, encode_json
+
+log = logging.getLogger(__name__)
+
+DETAIL_LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class LocalOutcome:
+    """The local view read with the snapshot of `evaluated_at`, or why it failed."""
+
+    evaluated_at: float
+    view: LocalView | None
+    error: str | None = None
+
+
+class PoolReader:
+    """One refresh: this pool's rollups and raw series, at one evaluation time."""
+
+    def __init__(self, proxy_id: str, api: PrometheusAPI, shards: int,
+                 metrics: ProxyBridgeMetrics) -> None:
+        self.proxy_id = validate_proxy_id(proxy_id)
+        self._api = api
+        self._shards = shards
+        self._metrics = metrics
+        self._local_queries = LocalQueries.for_pool(self.proxy_id)
+        self.local: LocalOutcome | None = None
+
+    async def _pool_rollups(self, selector: str, at: float) -> Sequence[Sample]:
+        return await self._api.samples(scoped(selector, self.proxy_id), at)
+
+    async def __call__(self, at: float) -> PoolSnapshot:
+        snapshot, samples = await asyncio.gather(
+            read_snapshot(self._pool_rollups, at, self._shards),
+            read_local(self._api.samples, self._local_queries, at), return_exceptions=True)
+        if isinstance(snapshot, BaseException):
+            raise snapshot  # the cache serves the last good snapshot, or says why not
+        if isinstance(samples, Exception):  # the summary stands; the detail says why not
+            log.warning("local view at %s failed: %s", at, samples)
+            self._metrics.local_views.labels("error").inc()
+            self.local = LocalOutcome(at, None, str(samples))
+        elif isinstance(samples, BaseException):
+            raise samples
+        else:
+            self._metrics.local_views.labels("ok").inc()
+            self.local = LocalOutcome(at, LocalView.of(self.proxy_id, samples))
+        return snapshot
+
+    def local_for(self, snapshot: PoolSnapshot) -> LocalOutcome:
+        """The local view read with this snapshot (set in the same refresh)."""
+        local = self.local
+        if local is None or local.evaluated_at != snapshot.generated_at:
+            return LocalOutcome(snapshot.generated_at, None, "no local view for this snapshot")
+        return local
+
+
+READER = web.AppKey("reader", PoolReader)
+
+
+def create_app(proxy_id: str, settings: Settings, *,
+               registry: CollectorRegistry | None = None,
+               clock: Callable[[], float] = time.time) -> web.Application:
+    """The application; `registry` and `clock` are injectable for tests."""
+    validate_proxy_id(proxy_id)
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = ProxyBridgeMetrics(registry)
+    app = web.Application(middlewares=[
+        _timing(metrics), _json_errors, _bearer_auth(settings.auth_token)])
+    app[METRICS] = metrics
+    app[REGISTRY] = registry
+
+    async def prometheus(app: web.Application) -> AsyncIterator[None]:
+        async with aiohttp.ClientSession(headers={"Accept-Encoding": "identity"}) as session:
+            reader = PoolReader(proxy_id, PrometheusAPI(
+                settings.backends, session, settings.query_timeout_s, observer=metrics),
+                settings.query_shards, metrics)
+            app[READER] = reader
+            app[CACHE] = SnapshotCache(reader, ttl_s=settings.cache_ttl_s,
+                                       stale_after_s=settings.stale_after_s,
+                                       metrics=metrics, clock=clock)
+            yield
+
+    app.cleanup_ctx.append(prometheus)
+    app.router.add_get("/debug/pool_resource", pool_resource)
+    app.router.add_get("/debug/pool_resource_sources", pool_resource_sources)
+    app.router.add_get("/v1/pool_resource/heartbeat_payload", heartbeat)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_page)
+    return app
+
+
+# --- routes -------------------------------------------------------------------
+
+async def pool_resource(request: web.Request) -> web.Response:
+    detail = request.query.get("detail")
+    if detail is not None and detail != DETAIL_LOCAL:
+        return json_error(400, f"unknown detail: expected detail={DETAIL_LOCAL} or none",
+                          detail=detail)
+    served = await _serve(request)
+    if isinstance(served, web.Response):
+        return served
+    if detail == DETAIL_LOCAL:
+        return _local(request, served)
+    return _summary_response(request, served, lambda summary: summary)
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    served = await _serve(request)
+    if isinstance(served, web.Response):
+        return served
+    return _summary_response(request, served, heartbeat_payload)
+
+
+async def pool_resource_sources(request: web.Request) -> web.Response:
+    served = await _serve(request)
+    if isinstance(served, web.Response):
+        return served
+    reader = request.app[READER]
+    local = reader.local_for(served.snapshot)
+    doc = describe_sources(served.snapshot)
+    summary = served.snapshot.pools.get(reader.proxy_id)
+    readings = served.snapshot.readings.get(reader.proxy_id, {})
+    for entry in doc["fields"]:
+        path = entry["path"]
+        reading = readings.get(path)
+        value = _at(summary, path)
+        entry.update(wired=reading is not None and reading.present,
+                     measured=value is not None, value=value)
+        reasons = ([] if value is not None or local.view is None
+                   else [r.as_dict() for r in null_reasons(local.view, path)])
+        entry.update(null_reason="; ".join(r["detail"] for r in reasons) or None,
+                     null_reasons=reasons)
+    doc.update(proxy_id=reader.proxy_id, pool_known=summary is not None,
+               diagnosis_error=local.error, stale=served.stale, age_s=round(served.age_s, 3))
+    return web.Response(body=encode_json(doc), content_type="application/json")
+
+
+def _summary_response(request: web.Request, served: Served,
+                      shape: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
+    proxy_id = request.app[READER].proxy_id
+    summary = served.snapshot.pools.get(proxy_id)
+    if summary is None:
+        return json_error(404, "no proxy_pool: series carries this proxy_id; "
+                          "/debug/pool_resource_sources says why", proxy_id=proxy_id)
+    return web.Response(body=encode_json(shape(summary)), content_type="application/json",
+                        headers=_freshness_headers(served))
+
+
+def _local(request: web.Request, served: Served) -> web.Response:
+    local = request.app[READER].local_for(served.snapshot)
+    if local.view is None:
+        return json_error(503, "the Proxy-local series could not be read with this snapshot",
+                          cause=local.error, generated_at=served.snapshot.generated_at)
+    doc = local.view.document()
+    doc.update(stale=served.stale, age_s=round(served.age_s, 3))
+    return web.Response(body=encode_json(doc), content_type="application/json",
+                        headers=_freshness_headers(served))
+
+
+def _at(summary: dict[str, Any] | None, path: str) -> Any:
+    """The summary's value at "section.key"; None when the pool has no summary."""
+    if summary is None:
+        return None
+    section, key = path.split(".", 1)
+    return summary.get(section, {}).get(key)

@@ -1,0 +1,317 @@
+"""Why a field of this pool's summary is null, diagnosed from the running system.
+
+fields.py says in general when a field is null; this looks at the pool's raw series
+at the summary's evaluation time and names the cause that applies now: the Proxy
+exporter is not scraped, an Instance exporter is down, the engine is unreachable or
+does not expose the value, there is no GPU or no NVML, or the input is not wired
+(no queue capacity configured). Causes are checked in the order the data flows:
+every rollup counts the Instances the Proxy registered, so a silent Proxy explains
+every null, and per-Instance causes are grouped with the Instances they hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from exporters.common import catalog as c
+from proxy_bridge.local import LocalView
+from proxy_bridge.local_queries import FRESHNESS_RULE
+from proxy_bridge.series import one
+from scheduler_bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field
+
+FRESH_S = 15.0  # instance.yml's FRESH_S: a host sample older than this is not fresh
+NVML_UNAVAILABLE = "nvml_unavailable"  # exporters.common.health.ErrorReason
+TGI_SOURCE = c.engine_source("tgi")
+
+
+class Code(StrEnum):
+    PROXY_EXPORTER_DOWN = "proxy_exporter_down"
+    PROXY_COLLECTOR_FAILED = "proxy_collector_failed"
+    NO_INSTANCES = "no_registered_instances"
+    NO_ALIVE_INSTANCES = "no_alive_instances"
+    INSTANCE_EXPORTER_DOWN = "instance_exporter_down"
+    HOST_COLLECTOR_FAILED = "host_collector_failed"
+    RESOURCE_STALE = "resource_stale"
+    NVML_UNAVAILABLE = "nvml_unavailable"
+    GPU_COLLECTOR_FAILED = "gpu_collector_failed"
+    NO_GPU = "no_gpu"
+    GPUS_UNHEALTHY = "gpus_unhealthy"
+    ENGINE_NOT_CONFIGURED = "engine_not_configured"
+    ENGINE_UNREACHABLE = "engine_unreachable"
+    ENGINE_NOT_EXPOSING = "engine_not_exposing"
+    NOT_WIRED = "not_wired"
+    NO_TRAFFIC = "no_traffic"
+    ROLLUP_ABSENT = "rollup_absent"
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: Code
+    detail: str
+    instances: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": str(self.code), "detail": self.detail,
+                "instances": list(self.instances)}
+
+
+Check = Callable[[LocalView, Field], list[Reason]]
+
+
+# --- the Proxy: every rollup's denominator --------------------------------------
+
+def proxy(view: LocalView) -> list[Reason]:
+    if not view.proxy_reporting:
+        down = [t for t in view.targets() if t["up"] is False]
+        where = "; scrape targets down (up==0): " + ", ".join(
+            f"{t['job']}/{t['instance']}" for t in down) if down else ""
+        return [Reason(Code.PROXY_EXPORTER_DOWN,
+                       f"no {c.PROXY_COLLECTOR_SUCCESS.name} series for "
+                       f"proxy_id={view.proxy_id}: the Proxy exporter is down or not "
+                       f"scraped, and every pool rollup counts the Instances it registers"
+                       + where)]
+    if one(view.series.pool.get(c.PROXY_COLLECTOR_SUCCESS.name, [])) == 0:
+        return [Reason(Code.PROXY_COLLECTOR_FAILED,
+                       "the Proxy exporter is scraped but failed to read its own state "
+                       f"({c.PROXY_COLLECTOR_SUCCESS.name} == 0)")]
+    if not _registered(view):
+        return [Reason(Code.NO_INSTANCES, "the Proxy reports no registered Instance "
+                       f"({c.PROXY_INSTANCE_REGISTERED.name} absent)")]
+    return []
+
+
+def _registered(view: LocalView) -> list[str]:
+    return [i for i in view.instance_ids
+            if one(view.series.of(i).get(c.PROXY_INSTANCE_REGISTERED.name, [])) == 1]
+
+
+def _alive(view: LocalView) -> list[str]:
+    return [i for i in _registered(view)
+            if one(view.series.of(i).get(c.PROXY_INSTANCE_ALIVE.name, [])) == 1]
+
+
+def _grouped(found: Iterable[tuple[str, Code, str]]) -> list[Reason]:
+    """Per-Instance causes, one Reason per (code, detail) with the Instances it hit."""
+    groups: dict[tuple[Code, str], list[str]] = {}
+    for instance_id, code, detail in found:
+        groups.setdefault((code, detail), []).append(instance_id)
+    return [Reason(code, detail, tuple(ids)) for (code, detail), ids in groups.items()]
+
+
+def _per_instance(view: LocalView, instances: list[str],
+                  cause: Callable[[LocalView, str], tuple[Code, str] | None]) -> list[Reason]:
+    found = []
+    for i in instances:
+        hit = cause(view, i)
+        if hit is not None:
+            found.append((i, *hit))
+    return _grouped(found)
+
+
+# --- the Instance exporter ------------------------------------------------------
+
+def _exporter_down(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
+    if c.COLLECTOR_SUCCESS.name in view.series.of(instance_id):
+        return None
+    return (Code.INSTANCE_EXPORTER_DOWN,
+            f"no {c.COLLECTOR_SUCCESS.name} series: the Instance exporter is down or not "
+            "scraped")
+
+
+def _failed(view: LocalView, instance_id: str, collector: str) -> list[str] | None:
+    """The failing collector's reasons, or None when it last succeeded or is absent."""
+    state = view.collector(instance_id, collector)
+    return state["reasons"] if state["success"] is False else None
+
+
+def _host_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
+    down = _exporter_down(view, instance_id)
+    if down is not None:
+        return down
+    reasons = _failed(view, instance_id, "host")
+    if reasons is not None:
+        return (Code.HOST_COLLECTOR_FAILED,
+                f"the host collector fails ({', '.join(reasons) or 'no reason counted'})")
+    age = one(view.series.of(instance_id).get(FRESHNESS_RULE, []))
+    if age is None or age > FRESH_S:
+        return (Code.RESOURCE_STALE,
+                f"no host sample younger than {FRESH_S:g}s ({FRESHNESS_RULE} = {age})")
+    return None
+
+
+def host(view: LocalView, f: Field) -> list[Reason]:
+    return _per_instance(view, _registered(view), _host_cause)
+
+
+def _gpu_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
+    host_cause = _host_cause(view, instance_id)
+    if host_cause is not None:
+        return host_cause
+    reasons = _failed(view, instance_id, "gpu")
+    if reasons is not None:
+        if NVML_UNAVAILABLE in reasons:
+            return (Code.NVML_UNAVAILABLE,
+                    "NVML cannot be loaded or initialised on the host (no driver or no "
+                    "GPU): GPU readings are absent, not zero")
+        return (Code.GPU_COLLECTOR_FAILED, f"the GPU collector fails ({', '.join(reasons)})")
+    s = view.series.of(instance_id)
+    devices = one(s.get(c.GPU_DEVICES.name, []))
+    if devices is None or devices == 0:
+        return (Code.NO_GPU, f"the host has no GPU ({c.GPU_DEVICES.name} = {devices})")
+    if not any(v == 1 for _, v in s.get(c.GPU_HEALTHY.name, [])):
+        return (Code.GPUS_UNHEALTHY,
+                "every GPU fails its reads: unhealthy GPUs are neither used nor free")
+    return None
+
+
+def gpu(view: LocalView, f: Field) -> list[Reason]:
+    return _per_instance(view, _registered(view), _gpu_cause)
+
+
+# --- the engine -----------------------------------------------------------------
+
+def _engine_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
+    down = _exporter_down(view, instance_id)
+    if down is not None:
+        return down
+    state = view.collector(instance_id, "engine")
+    if state["success"] is None:
+        return (Code.ENGINE_NOT_CONFIGURED,
+                "the Instance exporter has no engine collector (--engine-metrics-url unset)")
+    if state["success"] is False:
+        return (Code.ENGINE_UNREACHABLE,
+                f"the engine's /metrics cannot be read "
+                f"({', '.join(state['reasons']) or 'no reason counted'})")
+    return None
+
+
+def engine(view: LocalView, f: Field) -> list[Reason]:
+    return _alive_or(view, lambda: _per_instance(view, _alive(view), _engine_cause))
+
+
+def _kv_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
+    cause = _engine_cause(view, instance_id)
+    if cause is not None:
+        return cause
+    s = view.series.of(instance_id)
+    if c.ENGINE_KV_CACHE_USAGE.name in s:
+        return None
+    source = {labels.get("source") for labels, _ in s.get(c.ENGINE_REQUESTS_RUNNING.name, [])}
+    engine_name = ", ".join(sorted(x for x in source if x)) or "the engine"
+    why = " (TGI has no KV-cache metric)" if TGI_SOURCE in source else ""
+    return (Code.ENGINE_NOT_EXPOSING,
+            f"{engine_name} does not expose KV-cache usage{why}")
+
+
+def kv_cache(view: LocalView, f: Field) -> list[Reason]:
+    return _alive_or(view, lambda: _per_instance(view, _alive(view), _kv_cause))
+
+
+def _alive_or(view: LocalView, per_instance: Callable[[], list[Reason]]) -> list[Reason]:
+    """Fields over alive Instances: none alive is the whole explanation."""
+    if not _alive(view):
+        return [Reason(Code.NO_ALIVE_INSTANCES,
+                       "no registered Instance's heartbeat is on time "
+                       f"({c.PROXY_INSTANCE_ALIVE.name} == 1 for none)")]
+    return per_instance()
+
+
+def admission(view: LocalView, f: Field) -> list[Reason]:
+    return _alive_or(view, lambda: _per_instance(view, _alive(view), _exporter_down))
+
+
+def capacity(view: LocalView, f: Field) -> list[Reason]:
+    def cause(v: LocalView, instance_id: str) -> tuple[Code, str] | None:
+        s = v.series.of(instance_id)
+        if c.PROXY_INSTANCE_CAPACITY.name in s or c.INSTANCE_CAPACITY.name in s:
+            return None
+        return (Code.NOT_WIRED,
+                "no capacity configured at the Proxy or the Instance exporter, and none "
+                "learned yet (learning needs the engine seen running a request)")
+    return _alive_or(view, lambda: _per_instance(view, _alive(view), cause))
+
+
+# --- the Proxy's queues ---------------------------------------------------------
+
+def queue_depth(view: LocalView, f: Field) -> list[Reason]:
+    queue = f.matchers.get("queue", "")
+    if one(view.series.pool.get(c.PROXY_QUEUE_DEPTH.name, []), queue=queue) is None:
+        return [Reason(Code.NOT_WIRED,
+                       f"the Proxy does not expose its {queue} queue "
+                       f"({c.PROXY_QUEUE_DEPTH.name}{{queue=\"{queue}\"}} absent)")]
+    return []
+
+
+def queue_pressure(view: LocalView, f: Field) -> list[Reason]:
+    if c.PROXY_QUEUE_CAPACITY.name not in view.series.pool:
+        return [Reason(Code.NOT_WIRED,
+                       "no queue has a configured capacity "
+                       f"({c.PROXY_QUEUE_CAPACITY.name} absent): unbounded queues have no "
+                       "pressure to report")]
+    return []
+
+
+def qps(view: LocalView, f: Field) -> list[Reason]:
+    return [Reason(Code.NO_TRAFFIC, f"the Proxy is reporting, but {f.null_when}")]
+
+
+def nothing(view: LocalView, f: Field) -> list[Reason]:
+    return []
+
+
+def both(*checks: Check) -> Check:
+    def check(view: LocalView, f: Field) -> list[Reason]:
+        return [r for ch in checks for r in ch(view, f)]
+    return check
+
+
+# Which inputs each field depends on beyond the Proxy's registry. A field missing
+# here is a test failure, so a new field cannot go undiagnosed.
+CHECKS: dict[str, Check] = {
+    "instances.total": nothing,
+    "instances.alive": nothing,
+    "instances.stale": nothing,
+    "instances.with_resource": nothing,
+    "instances.missing_resource": nothing,
+    "instances.idle": nothing,
+    "instances.idle_unknown": nothing,
+    "load.inflight_total": nothing,
+    "load.qps_1m_total": qps,
+    "load.load_ratio": capacity,
+    "load.capacity": capacity,
+    "load.queue_pressure": queue_pressure,
+    "load.prepare_queue_depth": queue_depth,
+    "load.ready_queue_depth": queue_depth,
+    "load.saturation": both(queue_pressure, engine),
+    "load.engine_running_total": engine,
+    "load.engine_waiting_total": engine,
+    "utilization.cpu_avg": host,
+    "utilization.cpu_max": host,
+    "utilization.memory_used_ratio": host,
+    "utilization.gpu_util_avg": gpu,
+    "utilization.gpu_util_max": gpu,
+    "utilization.gpu_mem_used_ratio": gpu,
+    "utilization.network_rx_mbps_total": host,
+    "utilization.network_tx_mbps_total": host,
+    "utilization.kv_cache_usage_avg": kv_cache,
+    "health.resource_freshness_s_avg": host,
+    "health.resource_freshness_s_max": host,
+    "health.pool_admission_state": admission,
+}
+_FIELDS = {f.path: f for f in FIELDS}
+
+
+def null_reasons(view: LocalView, path: str) -> list[Reason]:
+    """Why the field at `path` is null now; the rollup itself when no input explains it."""
+    f = _FIELDS.get(path)
+    if f is None:  # data_quality: null only when no rollup mentions the pool at all
+        return proxy(view) or [Reason(Code.ROLLUP_ABSENT,
+                                      f"no {DATA_QUALITY_ROLLUP} series for this pool "
+                                      "(are the rules in rules/ loaded?)")]
+    found = proxy(view) or CHECKS[path](view, f)
+    return found or [Reason(Code.ROLLUP_ABSENT,
+                            f"its inputs are measured but {f.rollup} has no value for this "
+                            f"pool (are the rules in rules/ loaded?); null when {f.null_when}")]

@@ -1,0 +1,84 @@
+"""The few queries behind the Proxy-local view, all evaluated at one time.
+
+Three queries, whatever the pool's size: one selector for every raw series and
+per-Instance record the view reads, the queues' mean wait (a ratio of rates, which
+no selector can express), and the collector error reasons that grew recently
+(which say why a collector is failing *now*, not what it once failed on). Every
+one is confined to this pool with the validated, escaped `proxy_id` matcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from exporters.common import catalog as c
+from proxy_bridge.promql import pool_matcher
+from scheduler_bridge.summary import InstantQuery, Sample
+
+UP = "up"
+# instance.yml records the view reads: the same freshness and rates the rollups use.
+FRESHNESS_RULE = "instance:resource_freshness_seconds:max"
+NETWORK_RX_RULE = "instance:network_receive_bytes:rate1m"
+NETWORK_TX_RULE = "instance:network_transmit_bytes:rate1m"
+
+RAW_FAMILIES: tuple[c.Family, ...] = (
+    c.PROXY_INSTANCE_REGISTERED, c.PROXY_INSTANCE_ALIVE, c.PROXY_INSTANCE_HEARTBEAT_AGE,
+    c.PROXY_INSTANCE_CAPACITY, c.PROXY_INSTANCE_INFLIGHT, c.PROXY_INSTANCE_IDLE,
+    c.PROXY_INSTANCE_LAST_DISPATCH, c.PROXY_COLLECTOR_SUCCESS,
+    c.PROXY_QUEUE_DEPTH, c.PROXY_QUEUE_CAPACITY, c.PROXY_QUEUE_OLDEST_AGE,
+    c.HOST_CPU_UTILIZATION, c.HOST_MEMORY_USED, c.HOST_MEMORY_TOTAL,
+    c.GPU_DEVICES, c.GPU_HEALTHY, c.GPU_UTILIZATION, c.GPU_MEMORY_USED, c.GPU_MEMORY_TOTAL,
+    c.ENGINE_REQUESTS_RUNNING, c.ENGINE_REQUESTS_WAITING, c.ENGINE_KV_CACHE_USAGE,
+    c.INSTANCE_CAPACITY, c.INSTANCE_ADMISSION_STATE,
+    c.COLLECTOR_SUCCESS, c.COLLECTOR_ERRORS,
+)
+RAW_NAMES: tuple[str, ...] = (
+    *(f.name for f in RAW_FAMILIES), FRESHNESS_RULE, NETWORK_RX_RULE, NETWORK_TX_RULE, UP)
+# Names go into a regex unescaped (as in scheduler_bridge/queries.py).
+if not all(re.fullmatch(r"[a-z0-9_:]+", n) for n in RAW_NAMES):
+    raise ValueError(f"a series name needs regex escaping: {RAW_NAMES}")
+
+WAIT = c.PROXY_QUEUE_WAIT.name
+# An error reason that grew within this window is a current cause.
+RECENT_ERRORS_WINDOW = "1m"
+
+
+@dataclass(frozen=True)
+class LocalQueries:
+    raw: str
+    queue_wait: str
+    recent_errors: str
+
+    @classmethod
+    def for_pool(cls, proxy_id: str) -> LocalQueries:
+        pool = pool_matcher(proxy_id)
+        return cls(
+            raw=f'{{__name__=~"{"|".join(RAW_NAMES)}",{pool}}}',
+            # 0 / 0 is NaN, which parses as null: no traffic, no mean wait.
+            queue_wait=(f"rate({WAIT}_sum{{{pool}}}[1m]) / rate({WAIT}_count{{{pool}}}[1m])"),
+            recent_errors=(f"increase({c.COLLECTOR_ERRORS.name}{{{pool}}}"
+                           f"[{RECENT_ERRORS_WINDOW}]) > 0"),
+        )
+
+    def all(self) -> tuple[str, ...]:
+        return (self.raw, self.queue_wait, self.recent_errors)
+
+
+@dataclass(frozen=True)
+class LocalSamples:
+    """What the local queries returned, all evaluated at `evaluated_at`."""
+
+    evaluated_at: float
+    raw: Sequence[Sample]
+    queue_wait: Sequence[Sample]
+    recent_errors: Sequence[Sample]
+
+
+async def read_local(query: InstantQuery, queries: LocalQueries, at: float) -> LocalSamples:
+    """Every local query at `at`, or the first failure: a view missing one query's
+    series would read as nulls that were never measured as such."""
+    raw, wait, errors = await asyncio.gather(*(query(q, at) for q in queries.all()))
+    return LocalSamples(at, raw, wait, errors)
