@@ -4,7 +4,6 @@ series it was rolled up from, and what is not measured must be null."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 import urllib.request
@@ -15,8 +14,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from deploy.demo.cluster import Cluster, running_cluster
+from deploy.demo.cluster import Cluster
 from scheduler_bridge.fields import FIELDS
+from tests.support.cluster import demo_cluster
 from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
@@ -27,11 +27,7 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "scheduler_bridge" / 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    args = argparse.Namespace(
-        proxies=2, instances=2, duration=0.0, rate=3.0, prometheus_port=0,
-        scheduler_bridge_port=0, proxy_bridge_port=0, scrape_interval=1.0,
-        workdir=tmp_path_factory.mktemp("demo"), prometheus_bin=None)
-    with running_cluster(args) as c:
+    with demo_cluster(tmp_path_factory.mktemp("demo"), proxies=2, instances=2, rate=3.0) as c:
         yield c
 
 

@@ -4,7 +4,6 @@ engines: same bytes as the Scheduler bridge, and local detail that matches the s
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,12 +11,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from deploy.demo.cluster import Cluster, running_cluster
+from deploy.demo.cluster import Cluster
 from proxy_bridge.app import create_app
 from scheduler_bridge.app import Settings
 from scheduler_bridge.app import create_app as scheduler_app
 from tests.proxy_bridge.conftest import Serve
 from tests.scheduler_bridge.conftest import FakeClock
+from tests.support.cluster import demo_cluster
 from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
@@ -26,11 +26,7 @@ POOL = "pool-1"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    args = argparse.Namespace(
-        proxies=1, instances=2, duration=0.0, rate=4.0, prometheus_port=0,
-        scheduler_bridge_port=0, scrape_interval=1.0,
-        workdir=tmp_path_factory.mktemp("demo"), prometheus_bin=None)
-    with running_cluster(args) as c:
+    with demo_cluster(tmp_path_factory.mktemp("demo"), proxies=1, instances=2, rate=4.0) as c:
         prom = Prometheus(c.prometheus_url, c.workdir)
         # The test reads one second back: by then QPS must have two counter samples in
         # its window, and every rule group (not only the load one) must have run.
