@@ -1,0 +1,108 @@
+"""deploy/prometheus/prometheus.yml: promtool accepts it from anywhere, and it
+scrapes the way the rules assume (intervals, identity labels, honor_labels)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exporters.common.catalog import all_families
+from tests.deploy.prometheus_config import (
+    CONFIG,
+    EXPORTER_JOBS,
+    job,
+    load,
+    resolve,
+    sd_files,
+    seconds,
+)
+from tests.support.prometheus import REPO, binary
+
+RULE_FILES = sorted((REPO / "rules").glob("*.yml"))
+# Scrapes a host sample may miss before the rules call it stale.
+SCRAPES_PER_FRESHNESS = 3
+
+
+def test_promtool_check_config_from_another_directory(tmp_path: Path) -> None:
+    done = subprocess.run([binary("promtool"), "check", "config", str(CONFIG)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(RULE_FILES)} rule files found" in done.stdout
+
+
+def test_rule_files_are_the_repositorys_rules() -> None:
+    found = [p for pattern in load()["rule_files"] for p in resolve(pattern)]
+    assert found == [p.resolve() for p in RULE_FILES]
+
+
+def test_intervals_match_the_freshness_threshold() -> None:
+    """FRESH_S in the rules is three scrape intervals: change one, change both."""
+    config = load()["global"]
+    interval = seconds(config["scrape_interval"])
+    assert seconds(config["evaluation_interval"]) == interval
+    assert seconds(config["scrape_timeout"]) < interval
+    rules = [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]
+             for r in g["rules"] if r.get("record") == "instance:resource_fresh:bool"]
+    assert len(rules) == 1
+    threshold = re.search(r"<=\s*bool\s+(\d+(?:\.\d+)?)", rules[0]["expr"])
+    assert threshold, "instance:resource_fresh:bool no longer compares `<= bool N`"
+    assert float(threshold.group(1)) == SCRAPES_PER_FRESHNESS * interval
+    assert all("scrape_interval" not in j for j in load()["scrape_configs"])
+
+
+@pytest.mark.parametrize("name", [*EXPORTER_JOBS, "poolscope-proxy-bridge"])
+def test_labelled_jobs_honor_the_exporters_labels(name: str) -> None:
+    """Without honor_labels a target label proxy_id turns the exporter's into exported_proxy_id."""
+    assert job(load(), name)["honor_labels"] is True
+
+
+@pytest.mark.parametrize("name", EXPORTER_JOBS)
+def test_relabelling_keeps_identity_and_drops_the_unidentified(name: str) -> None:
+    relabel = job(load(), name)["relabel_configs"]
+    keep = [r["regex"] for r in relabel if r["action"] == "labelkeep"]
+    assert len(keep) == 1
+    for label in (*EXPORTER_JOBS[name], "job", "instance", "__address__", "__metrics_path__"):
+        assert re.fullmatch(keep[0], label), label
+    assert not re.fullmatch(keep[0], "team")
+    dropped = {r["source_labels"][0] for r in relabel
+               if r["action"] == "drop" and r["regex"] == ""}
+    assert dropped == set(EXPORTER_JOBS[name])
+
+
+def test_proxy_metric_filter_keeps_every_catalog_series() -> None:
+    """The keep filter on Proxy /metrics must not drop a series the rules could read."""
+    [rule] = job(load(), "poolscope-proxy")["metric_relabel_configs"]
+    assert rule["action"] == "keep" and rule["source_labels"] == ["__name__"]
+    for family in all_families():
+        suffixes = ("_bucket", "_sum", "_count") if family.kind == "histogram" else ("",)
+        for suffix in suffixes:
+            assert re.fullmatch(rule["regex"], family.name + suffix), family.name
+    assert not re.fullmatch(rule["regex"], "process_cpu_seconds_total")
+
+
+@pytest.mark.parametrize("name", EXPORTER_JOBS)
+def test_target_files_name_each_target(name: str) -> None:
+    files = sd_files(job(load(), name))
+    assert files, f"{name} has no example target file"
+    identities = []
+    for path in files:
+        for group in json.loads(path.read_text()):
+            labels = group["labels"]
+            assert set(labels) == set(EXPORTER_JOBS[name]), path
+            assert all(labels.values()), path
+            if "instance_id" in labels:  # one Instance per target: a group's labels are shared
+                assert len(group["targets"]) == 1, path
+            identities.extend(tuple(sorted(labels.items())) for _ in group["targets"])
+    if name == "poolscope-instance":
+        assert len(identities) == len(set(identities))
+
+
+def test_every_target_file_is_read_by_a_job() -> None:
+    read = {p for j in load()["scrape_configs"] for p in sd_files(j)}
+    shipped = {p.resolve() for p in (CONFIG.parent / "targets").rglob("*.json")}
+    assert shipped == read
