@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?=
 
-.PHONY: demo test lint bench setup venv system-deps clean
+.PHONY: demo test lint bench generate setup venv system-deps clean
 
 demo: setup
 	$(PY) -m deploy.demo.cluster $(DEMO_ARGS)
@@ -22,6 +22,12 @@ test: setup
 
 lint: venv
 	$(PY) -m ruff check .
+
+# Files rendered from the code: run after changing rules/, fields.py or the catalog
+# (tests fail when the committed copies drift).
+generate: venv
+	$(PY) -m deploy.kubernetes.generate
+	$(PY) -m scheduler_bridge.audit --write docs/metrics.md
 
 bench: setup
 	$(PY) -m bench.run_all
