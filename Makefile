@@ -28,6 +28,7 @@ lint: venv
 generate: venv
 	$(PY) -m deploy.kubernetes.generate
 	$(PY) -m scheduler_bridge.audit --write docs/metrics.md
+	$(PY) -m dashboards
 
 bench: setup
 	$(PY) -m bench.run_all

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from dashboards import CONSOLE_PATH, console_flags
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,7 +169,7 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
         prom = group.start("prometheus", [
             prometheus_binary(args.prometheus_bin), f"--config.file={config}",
             f"--storage.tsdb.path={workdir / 'prometheus-data'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}"])
+            f"--web.listen-address=127.0.0.1:{prom_port}", *console_flags()])
         wait_ready(f"{prom_url}/-/ready", prom)
         bridge = group.start_python(
             "scheduler-bridge", "scheduler_bridge", "--prometheus-url", prom_url,
@@ -225,6 +226,7 @@ def print_urls(cluster: Cluster) -> None:
     lines = [
         "Poolscope demo is running:",
         f"  Prometheus        {prom_url}  (try: proxy_pool:load:ratio)",
+        f"  Fleet console     {prom_url}{CONSOLE_PATH}",
         f"  Scheduler bridge  {sched_url}/debug/proxy_pool_resources",
         f"                    {sched_url}/debug/pool_resource_sources",
     ]
