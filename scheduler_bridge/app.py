@@ -21,8 +21,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from scheduler_bridge.cache import Served, SnapshotCache, Unavailable
 from scheduler_bridge.metrics import BridgeMetrics
 from scheduler_bridge.promapi import PrometheusAPI
+from scheduler_bridge.queries import read_snapshot
 from scheduler_bridge.sources import describe_sources
-from scheduler_bridge.summary import SCHEMA_VERSION, PoolSnapshot, encode_json, read_snapshot
+from scheduler_bridge.summary import SCHEMA_VERSION, PoolSnapshot, encode_json
 
 # Seed 000's ids look like "hp_127.0.0.1:8001". The id is only ever a dict key, never
 # part of a query, but anything else is rejected before it reaches a log or a lookup.

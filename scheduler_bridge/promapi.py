@@ -9,17 +9,18 @@ dashboard must be traceable to "which Prometheus, and why".
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 
-from scheduler_bridge.summary import Sample, gc_paused, parse_value
+from scheduler_bridge.summary import Vector, gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class QueryObserver(Protocol):
 
 @dataclass(frozen=True)
 class QueryResult:
-    samples: list[Sample]
+    samples: Vector
     backend: str
 
 
@@ -109,11 +110,11 @@ class PrometheusAPI:
             return QueryResult(samples, name)
         raise AllBackendsFailed(errors)
 
-    async def samples(self, promql: str, at: float) -> list[Sample]:
-        """`query` shaped as summary.InstantQuery, for summary.read_snapshot."""
+    async def samples(self, promql: str, at: float) -> Vector:
+        """`query` shaped as summary.InstantQuery, for queries.read_snapshot."""
         return (await self.query(promql, at)).samples
 
-    async def _query_one(self, url: str, name: str, promql: str, at: float) -> list[Sample]:
+    async def _query_one(self, url: str, name: str, promql: str, at: float) -> Vector:
         # Prometheus keeps millisecond precision; sending exactly that keeps the
         # evaluation time we report identical to the one it used.
         params = {"query": promql, "time": f"{at:.3f}"}
@@ -129,15 +130,18 @@ class PrometheusAPI:
         return _parse(name, status, body)
 
 
-def _parse(name: str, status: int, body: bytes) -> list[Sample]:
+_METRIC, _VALUE, _TEXT = itemgetter("metric"), itemgetter("value"), itemgetter(1)
+
+
+def _parse(name: str, status: int, body: bytes) -> Vector:
     with gc_paused():
         return _parse_body(name, status, body)
 
 
-def _parse_body(name: str, status: int, body: bytes) -> list[Sample]:
+def _parse_body(name: str, status: int, body: bytes) -> Vector:
     try:
-        doc: Any = json.loads(body)
-    except ValueError as e:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
         kind = ErrorKind.HTTP if status != 200 else ErrorKind.RESPONSE
         raise BackendError(name, kind, f"HTTP {status}, not JSON: {body[:200]!r}") from e
     if not isinstance(doc, dict) or doc.get("status") != "success":
@@ -151,7 +155,12 @@ def _parse_body(name: str, status: int, body: bytes) -> list[Sample]:
                                f"expected a vector, got {data['resultType']}")
         for warning in doc.get("warnings", ()):
             log.warning("%s: %s", name, warning)
-        return [(r["metric"], parse_value(r["value"][1])) for r in data["result"]]
+        # Whole-list maps run in C: no Python bytecode per series (34,000 at 1,000 pools).
+        result = data["result"]
+        labels = list(map(_METRIC, result))
+        values = list(map(float, map(_TEXT, map(_VALUE, result))))
     except (KeyError, TypeError, IndexError, ValueError) as e:
         raise BackendError(name, ErrorKind.RESPONSE, f"malformed result: {e!r}") from e
-
+    if not set(map(type, labels)) <= {dict}:
+        raise BackendError(name, ErrorKind.RESPONSE, "malformed result: a metric is no object")
+    return Vector(labels, values)

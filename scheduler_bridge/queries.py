@@ -11,11 +11,18 @@ so every pool seen in any proxy_pool: series is still found.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+from collections.abc import Iterable, Sequence
+from itertools import chain
 
 from scheduler_bridge.fields import rollup_names
+from scheduler_bridge.rollup_index import ROLLUP_PREFIX
+from scheduler_bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector, build_snapshot
 
-ROLLUP_PREFIX = "proxy_pool:"
+log = logging.getLogger(__name__)
+
 SNAPSHOT_QUERY = '{__name__=~"proxy_pool:.+"}'
 
 _NAMES = sorted(n.removeprefix(ROLLUP_PREFIX) for n in rollup_names())
@@ -34,3 +41,36 @@ def snapshot_queries(shards: int = 1) -> tuple[str, ...]:
     named = [name for group in groups[:-1] for name in group]
     return (*(f'{{__name__=~"{ROLLUP_PREFIX}({"|".join(g)})"}}' for g in groups[:-1]),
             f'{{__name__=~"{ROLLUP_PREFIX}.+",__name__!~"{ROLLUP_PREFIX}({"|".join(named)})"}}')
+
+
+async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> PoolSnapshot:
+    """Every shard at the same evaluation time: the snapshot is consistent by construction.
+
+    A shard that fails leaves its fields null (so data_quality is at most partial) and
+    is counted in `failed_queries`; when every shard fails the first error is raised.
+    """
+    results = await asyncio.gather(*(query(q, at) for q in snapshot_queries(shards)),
+                                   return_exceptions=True)
+    answers: list[Sequence[Sample]] = []
+    failures: list[Exception] = []
+    for result in results:
+        if isinstance(result, Exception):
+            log.warning("snapshot query failed at %s: %s", at, result)
+            failures.append(result)
+        elif isinstance(result, BaseException):
+            raise result  # cancellation and the like are not a failed query
+        else:
+            answers.append(result)
+    if not answers:
+        raise failures[0]
+    snapshot = build_snapshot(_joined(answers), at)
+    snapshot.failed_queries = len(failures)
+    return snapshot
+
+
+def _joined(answers: Sequence[Sequence[Sample]]) -> Iterable[Sample]:
+    """One Vector when every answer is one (build_snapshot's fast path), else a chain."""
+    if len(answers) == 1:
+        return answers[0]
+    vectors = [a for a in answers if isinstance(a, Vector)]
+    return Vector.join(vectors) if len(vectors) == len(answers) else chain.from_iterable(answers)

@@ -8,47 +8,50 @@ The contract (DESIGN.md): a field is `null` unless its rollup holds a measured v
 the evaluation time; NaN and infinities are not measurements. Samples that cannot be
 turned into a value honestly (two series for one field, a fractional count, an unknown
 state) leave the field null and are counted in `PoolSnapshot.rejected` by reason, so a
-bad rule shows up on /metrics instead of as a plausible number.
+bad rule shows up on /metrics instead of as a plausible number (rollup_index.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import json
-import logging
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import Any
+from functools import cached_property
+from operator import itemgetter
+from typing import Any, overload
+
+import orjson
 
 from scheduler_bridge.fields import (
-    DATA_QUALITY_LABEL,
     DATA_QUALITY_PATH,
-    DATA_QUALITY_ROLLUP,
-    FIELDS,
     METRIC_SOURCE_FIELDS,
     QUALITY_GROUPS,
     SECTIONS,
-    Field,
-    Kind,
 )
-from scheduler_bridge.queries import ROLLUP_PREFIX, snapshot_queries
-
-log = logging.getLogger(__name__)
+from scheduler_bridge.rollup_index import (
+    ABSENT,
+    DATA_QUALITY_SLOT,
+    FIELD_SLOTS,
+    QUALITIES,
+    SLOT_FIELDS,
+    SLOT_OF,
+    SLOT_PATHS,
+    SLOTS,
+    Pair,
+    PoolIndex,
+    index_pairs,
+)
 
 SCHEMA_VERSION = 1
 UNKNOWN_SOURCE = "unknown"
-QUALITIES = ("complete", "partial", "missing")  # best to worst
 
 Value = float | int | str | None
 
 
 # One series of an instant vector: its labels and its value, None for NaN / infinities.
-# A plain tuple: 34,000 of them are made per refresh at 1,000 pools.
 Sample = tuple[Mapping[str, str], float | None]
 
 
@@ -59,6 +62,50 @@ def parse_value(text: str) -> float | None:
     """Prometheus' string value as a float, None when it is not a measurement."""
     value = float(text)
     return value if math.isfinite(value) else None
+
+
+class Vector(Sequence[Sample]):
+    """An instant vector as two parallel lists: label sets, and values as parsed.
+
+    A tuple per sample cost more than indexing the samples did, so promapi fills these
+    lists with C-level maps over the parsed JSON and `build_snapshot` reads them in
+    place. Values keep NaN and infinities; seen as a Sequence[Sample] they are None.
+    """
+
+    __slots__ = ("labels", "values")
+
+    def __init__(self, labels: list[Mapping[str, str]], values: list[float]) -> None:
+        if len(labels) != len(values):
+            raise ValueError("a label set for every value")
+        self.labels = labels
+        self.values = values
+
+    @classmethod
+    def join(cls, parts: Iterable[Vector]) -> Vector:
+        labels: list[Mapping[str, str]] = []
+        values: list[float] = []
+        for part in parts:
+            labels += part.labels
+            values += part.values
+        return cls(labels, values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> Sample: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Vector: ...
+
+    def __getitem__(self, index: int | slice) -> Sample | Vector:
+        if isinstance(index, slice):
+            return Vector(self.labels[index], self.values[index])
+        value = self.values[index]
+        return self.labels[index], value if math.isfinite(value) else None
+
+    def pairs(self) -> Iterator[Pair]:
+        return zip(self.labels, self.values, strict=True)
 
 
 @dataclass(slots=True)
@@ -81,11 +128,29 @@ class PoolSnapshot:
 
     generated_at: float
     pools: dict[str, dict[str, Any]]
-    readings: dict[str, dict[str, FieldReading]] = field(repr=False)
-    rejected: Counter[str] = field(default_factory=Counter)
-    series: int = 0
+    index: PoolIndex = field(repr=False)
     failed_queries: int = 0  # shards that failed: their fields are null
     _encoded: bytes | None = field(default=None, init=False, repr=False)
+
+    @property
+    def rejected(self) -> Counter[str]:
+        return self.index.rejected
+
+    @property
+    def series(self) -> int:
+        return self.index.series
+
+    @cached_property
+    def readings(self) -> dict[str, dict[str, FieldReading]]:
+        """Readings by proxy_id, then field path: only fields with a series are there.
+
+        Built on demand (for /debug/pool_resource_sources) from the compact slots.
+        """
+        conflicts = self.index.conflicts
+        return {pid: {path: FieldReading(slots[i], slots[i + SLOTS], True,
+                                         (pid, i) in conflicts)
+                      for i, path in enumerate(SLOT_PATHS) if slots[i + SLOTS] is not ABSENT}
+                for pid, slots in self.index.pools.items()}
 
     def encoded_pools(self) -> bytes:
         """The `pools` object as JSON, encoded once however often it is served."""
@@ -112,30 +177,17 @@ def gc_paused() -> Iterator[None]:
 
 
 def encode_json(obj: Any) -> bytes:
-    """The one encoding both bridges use; allow_nan=False makes a leaked NaN an error."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
+    """The one encoding both bridges use: compact UTF-8, keys in insertion order.
 
-
-async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> PoolSnapshot:
-    """Every shard at the same evaluation time: the snapshot is consistent by construction.
-
-    A shard that fails leaves its fields null (so data_quality is at most partial) and
-    is counted in `failed_queries`; when every shard fails the first error is raised.
+    orjson writes NaN and infinities as null, which is what they mean here (not a
+    measurement), so a value that slipped past the checks still never reads as a number.
     """
-    queries = snapshot_queries(shards)
-    results = await asyncio.gather(*(query(q, at) for q in queries), return_exceptions=True)
-    failures = [r for r in results if isinstance(r, BaseException)]
-    for failure in failures:
-        if not isinstance(failure, Exception):
-            raise failure  # cancellation and the like are not a failed query
-        log.warning("snapshot query failed at %s: %s", at, failure)
-    if len(failures) == len(results):
-        raise failures[0]
-    snapshot = build_snapshot(
-        chain.from_iterable(r for r in results if not isinstance(r, BaseException)), at)
-    snapshot.failed_queries = len(failures)
-    return snapshot
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        # Keys that are not strings (json.dumps wrote them as strings, so does this):
+        # an option that costs ~50% on every call, so only when it is needed.
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
 def build_summaries(samples: Iterable[Sample], evaluated_at: float) -> dict[str, dict[str, Any]]:
@@ -144,135 +196,69 @@ def build_summaries(samples: Iterable[Sample], evaluated_at: float) -> dict[str,
 
 
 def build_snapshot(samples: Iterable[Sample], evaluated_at: float) -> PoolSnapshot:
+    pairs = samples.pairs() if isinstance(samples, Vector) else samples
     with gc_paused():
-        readings, rejected, series = _index(samples)
-        pools = {pid: _summary(pid, evaluated_at, readings[pid]) for pid in sorted(readings)}
-    return PoolSnapshot(evaluated_at, pools, readings, rejected, series)
+        index = index_pairs(pairs)
+        pools = index.pools
+        pools_out = {pid: _summary(pid, evaluated_at, pools[pid]) for pid in sorted(pools)}
+    return PoolSnapshot(evaluated_at, pools_out, index)
 
 
-# --- indexing samples by pool and field ---------------------------------------
+# --- the summary, from one pool's slots ---------------------------------------
 
-# rollup name -> the fields it feeds, each with the extra labels that select it.
-_BY_ROLLUP: dict[str, tuple[tuple[Field, tuple[tuple[str, str], ...]], ...]] = {}
-for _f in FIELDS:
-    _BY_ROLLUP[_f.rollup] = (*_BY_ROLLUP.get(_f.rollup, ()), (_f, tuple(_f.matchers.items())))
-
-
-def _index(samples: Iterable[Sample]) -> tuple[
-        dict[str, dict[str, FieldReading]], Counter[str], int]:
-    """Readings by proxy_id, then by field path (the rules' data_quality under its path).
-
-    This loop runs once per series (34,000 at 1,000 pools), hence the inlined fast
-    path for the common case: a numeric field seen for the first time.
-    """
-    readings: dict[str, dict[str, FieldReading]] = {}
-    rejected: Counter[str] = Counter()
-    series = 0
-    for labels, value in samples:
-        series += 1
-        name = labels.get("__name__", "")
-        pid = labels.get("proxy_id")
-        if not name.startswith(ROLLUP_PREFIX):
-            rejected["not_a_rollup"] += 1
-            continue
-        if not pid:
-            rejected["no_proxy_id"] += 1
-            continue
-        pool = readings.get(pid)
-        if pool is None:
-            pool = readings[pid] = {}
-        targets = _BY_ROLLUP.get(name)
-        if targets is None:
-            if name == DATA_QUALITY_ROLLUP:
-                _read_state(_reading(pool, DATA_QUALITY_PATH), labels, DATA_QUALITY_LABEL,
-                            value, rejected, allowed=QUALITIES)
-            continue
-        for f, matchers in targets:
-            if matchers and any(labels.get(k) != v for k, v in matchers):
-                continue
-            if f.kind is Kind.STATE:
-                _read_state(_reading(pool, f.path), labels, f.state_label, value, rejected)
-            elif f.path in pool:
-                # Two series for one field of one pool: picking either would be a guess.
-                rejected["duplicate_series"] += 1
-                pool[f.path].conflict = True
-            else:
-                pool[f.path] = FieldReading(_number(f, value, rejected), labels.get("source"),
-                                            present=True)
-    return readings, rejected, series
+def _picker(slots: Sequence[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """The values at `slots` as a tuple, in C (itemgetter alone unwraps a single one)."""
+    if len(slots) == 1:
+        only = slots[0]
+        return lambda values: (values[only],)
+    if not slots:
+        return lambda values: ()
+    return itemgetter(*slots)
 
 
-def _reading(pool: dict[str, FieldReading], key: str) -> FieldReading:
-    reading = pool.get(key)
-    if reading is None:
-        reading = pool[key] = FieldReading()
-    return reading
+def _sections() -> tuple[tuple[str, tuple[str, ...], int, int], ...]:
+    """(section, its keys, first slot, end slot): rollup_index makes each a slice."""
+    out = []
+    start = 0
+    for s in SECTIONS:
+        keys = tuple(f.key for f in SLOT_FIELDS if f.section == s)
+        out.append((s, keys, start, start + len(keys)))
+        start += len(keys)
+    return tuple(out)
 
 
-def _number(f: Field, value: float | None, rejected: Counter[str]) -> float | int | None:
-    if value is None:
-        return None
-    if f.kind is Kind.COUNT:
-        if value < 0 or not value.is_integer():
-            rejected["invalid_count"] += 1
-            return None
-        return int(value)
-    return value * f.scale if f.scale != 1.0 else value
-
-
-def _read_state(reading: FieldReading, labels: Mapping[str, str], state_label: str,
-                value: float | None, rejected: Counter[str],
-                allowed: Sequence[str] | None = None) -> None:
-    """One-hot state sets: the state whose series is 1 is the value, exactly one may be."""
-    reading.present = True
-    reading.source = reading.source or labels.get("source")
-    if value != 1:
-        return
-    state = labels.get(state_label)
-    if not state or (allowed is not None and state not in allowed):
-        rejected["unknown_state"] += 1
-    elif reading.value is not None and reading.value != state:
-        rejected["ambiguous_state"] += 1
-        reading.conflict = True
-    else:
-        reading.value = state
-
-
-# --- the summary --------------------------------------------------------------
-
-_SECTION_FIELDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = tuple(
-    (s, tuple((f.key, f.path) for f in FIELDS if f.section == s)) for s in SECTIONS)
-_GROUP_PATHS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
-    (g, tuple(f.path for f in FIELDS if f.group == g)) for g in QUALITY_GROUPS)
+_SECTIONS = _sections()
 _DQ_SECTION, _DQ_KEY = DATA_QUALITY_PATH.split(".", 1)
-_EMPTY = FieldReading()
+def _by_known(total: int) -> tuple[str, ...]:
+    """Quality by how many of `total` fields are known (a lookup, not a call per pool)."""
+    return tuple("complete" if known == total else "missing" if known == 0 else "partial"
+                 for known in range(total + 1))
 
 
-def _summary(pid: str, evaluated_at: float, pool: dict[str, FieldReading]) -> dict[str, Any]:
-    values = {f.path: pool.get(f.path, _EMPTY).measured for f in FIELDS}
-    sections: dict[str, dict[str, Value]] = {
-        section: {key: values[path] for key, path in fields} for section, fields in _SECTION_FIELDS}
-    known = sum(v is not None for v in values.values())
-    rule_quality = pool.get(DATA_QUALITY_PATH, _EMPTY).measured
-    sections[_DQ_SECTION][_DQ_KEY] = _worse(_quality(known, len(values)), rule_quality)
+_FIELDS_QUALITY = _by_known(FIELD_SLOTS)
+_GROUPS: tuple[tuple[str, Callable[[list[Any]], tuple[Any, ...]], int, tuple[str, ...]], ...] = (
+    tuple((g, _picker(slots), len(slots), _by_known(len(slots)))
+          for g in QUALITY_GROUPS
+          for slots in [[i for i, f in enumerate(SLOT_FIELDS) if f.group == g]]))
+# The worse of what the nulls say and the rules' verdict (None: the rules gave none).
+_WORSE: dict[tuple[str, str | None], str] = {
+    (a, b): a if b is None else max(a, b, key=QUALITIES.index)
+    for a in QUALITIES for b in (*QUALITIES, None)}
+_SOURCES: tuple[tuple[str, int], ...] = tuple(
+    (key, SLOT_OF[path] + SLOTS) for key, path in METRIC_SOURCE_FIELDS.items())
+
+
+def _summary(pid: str, evaluated_at: float, slots: list[Any]) -> dict[str, Any]:
+    sections = {s: dict(zip(keys, slots[start:end], strict=True))
+                for s, keys, start, end in _SECTIONS}
+    sections[_DQ_SECTION][_DQ_KEY] = _WORSE[
+        _FIELDS_QUALITY[FIELD_SLOTS - slots[:FIELD_SLOTS].count(None)], slots[DATA_QUALITY_SLOT]]
     return {
         "schema_version": SCHEMA_VERSION,
         "proxy_id": pid,
         "generated_at": evaluated_at,
-        "metric_source": {key: pool.get(path, _EMPTY).source or UNKNOWN_SOURCE
-                          for key, path in METRIC_SOURCE_FIELDS.items()},
-        "metric_quality": {
-            group: _quality(sum(values[p] is not None for p in paths), len(paths))
-            for group, paths in _GROUP_PATHS},
+        "metric_source": {key: slots[i] or UNKNOWN_SOURCE for key, i in _SOURCES},
+        "metric_quality": {group: by_known[total - pick(slots).count(None)]
+                           for group, pick, total, by_known in _GROUPS},
         **sections,
     }
-
-
-def _quality(known: int, total: int) -> str:
-    if known == total:
-        return "complete"
-    return "missing" if known == 0 else "partial"
-
-
-def _worse(a: str, b: Value) -> str:
-    return max(a, b, key=QUALITIES.index) if isinstance(b, str) else a

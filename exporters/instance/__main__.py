@@ -7,15 +7,14 @@ address cannot be bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
-
 from exporters.instance.config import Config, UsageError, parse
-from exporters.instance.server import make_app
+from exporters.instance.server import make_app, serving
 from exporters.instance.service import InstanceExporter
 
 log = logging.getLogger("exporters.instance")
@@ -27,27 +26,24 @@ class ListenError(Exception):
 
 async def serve(config: Config) -> None:
     exporter = InstanceExporter(config.settings)
-    runner = web.AppRunner(make_app(exporter), access_log=None)
-    await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, _set_draining, exporter, True)
     loop.add_signal_handler(signal.SIGUSR2, _set_draining, exporter, False)
-    try:
-        site = web.TCPSite(runner, config.listen.host, config.listen.port)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(exporter.stop)  # runs last: after the listener closed
         try:
-            await site.start()
+            await stack.enter_async_context(serving(
+                make_app(exporter, config.auth_token), config.listen.host, config.listen.port,
+                tls=config.tls, limits=config.limits))
         except OSError as e:
-            raise ListenError(f"cannot listen on {config.listen.url()}: {e.strerror or e}") from e
+            raise ListenError(f"cannot listen on {config.url()}: {e.strerror or e}") from e
         await exporter.start()
-        print(f"poolscope instance exporter serving {config.listen.url()}/metrics",
+        print(f"poolscope instance exporter serving {config.url()}/metrics",
               file=sys.stderr, flush=True)
         await stop.wait()
-    finally:
-        await exporter.stop()
-        await runner.cleanup()
 
 
 def _set_draining(exporter: InstanceExporter, draining: bool) -> None:

@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
+import ssl
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from exporters.instance.admission import AdmissionThresholds
 from exporters.instance.engine import AUTO
 from exporters.instance.engines import MAPPINGS
+from exporters.instance.server import HttpLimits
 from exporters.instance.service import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:9201"
@@ -35,9 +38,9 @@ class Listen:
     host: str
     port: int
 
-    def url(self) -> str:
+    def url(self, scheme: str = "http") -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{scheme}://{host}:{self.port}"
 
 
 def parse_listen(value: str) -> Listen:
@@ -104,6 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admission-memory-saturated", type=float, default=d.memory_saturated,
                    help=f"host memory available ratio at or below which it is saturated "
                         f"({d.memory_saturated})")
+    p.add_argument("--auth-token-file", type=Path, metavar="FILE",
+                   help="require 'Authorization: Bearer <token>' (the file's content) on "
+                        "every endpoint but /healthz")
+    p.add_argument("--tls-cert", type=Path, metavar="PEM",
+                   help="serve HTTPS with this certificate (chain); needs --tls-key")
+    p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
+    limits = HttpLimits()
+    p.add_argument("--max-connections", type=int, default=limits.max_connections,
+                   help="open connections at most; more get a 503 and are closed "
+                        f"(default {limits.max_connections})")
+    p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
+                   help="seconds a connection may sit without a complete request before it "
+                        f"is closed (default {limits.idle_timeout_s:g})")
     p.add_argument("--log-level", default="WARNING",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="(default WARNING)")
     return p
@@ -114,6 +130,37 @@ class Config:
     settings: Settings
     listen: Listen
     log_level: str
+    limits: HttpLimits = field(default_factory=HttpLimits)
+    auth_token: str | None = None
+    tls: ssl.SSLContext | None = None
+
+    def url(self) -> str:
+        return self.listen.url("https" if self.tls else "http")
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in `path`, surrounding whitespace (a final newline) removed."""
+    try:
+        token = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--auth-token-file: cannot read {path}: {e}") from e
+    if not token or any(c.isspace() for c in token):
+        raise UsageError(f"--auth-token-file: {path} must hold one token without spaces")
+    return token
+
+
+def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """A server-side TLS context, loaded now so a bad file fails at startup."""
+    if (cert is None) != (key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if cert is None or key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"--tls-cert/--tls-key: cannot load {cert}, {key}: {e}") from e
+    return context
 
 
 def parse(argv: Sequence[str] | None) -> Config:
@@ -137,4 +184,10 @@ def parse(argv: Sequence[str] | None) -> Config:
         engine=a.engine,
         engine_timeout=_positive("--engine-timeout", a.engine_timeout),
         capacity=a.capacity, thresholds=thresholds, draining=a.draining)
-    return Config(settings, parse_listen(a.listen), a.log_level)
+    try:
+        limits = HttpLimits(max_connections=a.max_connections, idle_timeout_s=a.idle_timeout)
+    except ValueError as e:
+        raise UsageError(f"--max-connections/--idle-timeout: {e}") from e
+    return Config(settings, parse_listen(a.listen), a.log_level, limits,
+                  read_token(a.auth_token_file) if a.auth_token_file else None,
+                  tls_context(a.tls_cert, a.tls_key))

@@ -8,7 +8,8 @@ costs the same whether the engine answers in 1 ms or never.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -47,10 +48,13 @@ class InstanceExporter(Collector):
     """Everything one Instance exporter measures; register it in a CollectorRegistry."""
 
     def __init__(self, settings: Settings, nvml: ModuleType | None = None,
-                 host: HostReader | None = None) -> None:
+                 host: HostReader | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        """`nvml`, `host` and `wall` (the clock behind the last-success timestamps)
+        are seams for tests: fake GPUs, scripted psutil, a skewed host clock."""
         self.settings = settings
         self.ids = Identity(settings.proxy_id, settings.instance_id)
-        self.board = HealthBoard()
+        self.board = HealthBoard(wall=wall)
         self.loop = SamplingLoop(settings.sample_interval, self.board)
         self.capacity = Capacity(settings.capacity)
         self.admission = Admission(settings.thresholds, settings.draining)

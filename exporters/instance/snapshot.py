@@ -13,6 +13,8 @@ Fields may be added, never renamed or removed.
 
 from __future__ import annotations
 
+import json
+import math
 from functools import cache
 from typing import Any
 
@@ -103,3 +105,19 @@ def build(exporter: InstanceExporter) -> dict[str, Any]:
                                 "last_error": h.last_reason.value if h.last_reason else None}
                        for h in exporter.board},
     }
+
+
+def _measured(value: Any) -> Any:
+    """`value` with every NaN or infinity replaced by null: not a measurement."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _measured(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_measured(v) for v in value]
+    return value
+
+
+def dumps(doc: Any) -> str:
+    """Strict JSON (no NaN tokens, which most parsers reject) of a snapshot document."""
+    return json.dumps(_measured(doc), allow_nan=False)

@@ -12,20 +12,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from bench.rollup_target import Series, series
 from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
 
-Series = tuple[dict[str, str], str]
-
-
-def series(name: str, proxy_id: str | None, value: str, source: str | None = "test",
-           **labels: str) -> Series:
-    """One series of a canned vector; value is Prometheus' string form ("NaN", "0")."""
-    metric = {"__name__": name, **labels}
-    if proxy_id is not None:
-        metric["proxy_id"] = proxy_id
-    if source is not None:
-        metric["source"] = source
-    return metric, value
+__all__ = ["CannedPrometheus", "Series", "pool_series", "series"]
 
 
 def pool_series(proxy_id: str, value: str = "1", source: str = "test",

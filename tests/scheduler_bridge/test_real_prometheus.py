@@ -12,11 +12,11 @@ from aiohttp.test_utils import TestServer
 from jsonschema import Draft202012Validator
 from prometheus_client import CollectorRegistry
 
+from bench.rollup_target import rollup_target
 from scheduler_bridge.app import Settings, create_app
 from scheduler_bridge.client import SchedulerBridgeClient
 from scheduler_bridge.schema import pool_summary_schema
 from tests.scheduler_bridge.canned import pool_series, series
-from tests.scheduler_bridge.rollup_target import rollup_target
 from tests.support.prometheus import running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,7 +15,14 @@ from scheduler_bridge.fields import (
     METRIC_SOURCE_FIELDS,
     Kind,
 )
-from scheduler_bridge.summary import Sample, build_snapshot, build_summaries, parse_value
+from scheduler_bridge.summary import (
+    Sample,
+    Vector,
+    build_snapshot,
+    build_summaries,
+    encode_json,
+    parse_value,
+)
 from tests.scheduler_bridge.canned import Series, pool_series, series
 
 T = 1_700_000_000.123
@@ -121,7 +130,7 @@ def test_duplicate_series_for_one_field_make_it_null() -> None:
     assert snapshot.rejected["duplicate_series"] == 1
 
 
-@pytest.mark.parametrize("value", ["2.5", "-1"])
+@pytest.mark.parametrize("value", ["2.5", "-1", "1e300"])
 def test_a_count_that_is_not_a_count_is_null(value: str) -> None:
     snapshot = build_snapshot(samples([series("proxy_pool:instances:count", "p1", value)]), T)
     assert snapshot.pools["p1"]["instances"]["total"] is None
@@ -185,3 +194,42 @@ def test_data_quality_is_never_complete_with_a_null(present: dict[str, str],
     if rule is not None:
         order = ["complete", "partial", "missing"]
         assert order.index(quality) >= order.index(rule)
+
+
+def test_a_vector_is_a_sequence_of_samples_with_non_finite_values_as_none() -> None:
+    labels = [{"proxy_id": str(i)} for i in range(3)]
+    vector = Vector(labels, [1.5, math.nan, -math.inf])
+    assert len(vector) == 3
+    assert list(vector) == [(labels[0], 1.5), (labels[1], None), (labels[2], None)]
+    assert vector[-1] == (labels[2], None)
+    assert list(vector[1:]) == [(labels[1], None), (labels[2], None)]
+    with pytest.raises(ValueError):
+        Vector(labels, [1.0])
+
+
+_ROLLUPS = sorted({f.rollup for f in FIELDS} | {DATA_QUALITY_ROLLUP, "proxy_pool:future",
+                                                "up"})
+
+
+@given(st.lists(st.tuples(st.sampled_from(_ROLLUPS), st.sampled_from(["a", "b", None]),
+                          st.sampled_from(["0", "1", "3", "2.5", "-1", "NaN", "+Inf", "-Inf"]),
+                          st.sampled_from(["accepting", "draining", "prepare", "ready",
+                                           "complete", "missing", "excellent"]),
+                          st.sampled_from(["psutil", None])), max_size=40))
+def test_a_vector_builds_the_snapshot_its_samples_build(
+        rows: list[tuple[str, str | None, str, str, str | None]]) -> None:
+    """The parsed-response fast path and the Sample path cannot drift apart."""
+    vector = [series(name, pid, value, source, state=label, queue=label, quality=label)
+              for name, pid, value, label, source in rows]
+    fast = build_snapshot(Vector([m for m, _ in vector], [float(v) for _, v in vector]), T)
+    slow = build_snapshot(samples(vector), T)
+    assert fast.pools == slow.pools
+    assert fast.rejected == slow.rejected
+    assert fast.series == slow.series == len(rows)
+    assert fast.readings == slow.readings
+
+
+def test_encoding_writes_non_finite_numbers_as_null_never_as_a_number() -> None:
+    assert encode_json({"a": math.nan, "b": math.inf, "c": 0.0, "d": "ü"}) == (
+        '{"a":null,"b":null,"c":0.0,"d":"ü"}'.encode())
+    assert encode_json({1: [None], "e": (1, 2)}) == b'{"1":[null],"e":[1,2]}'

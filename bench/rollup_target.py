@@ -1,6 +1,7 @@
 """A scrape target that serves `proxy_pool:*` series directly (colons are legal in
-metric names), so a real Prometheus holds exactly the rollups a test chooses without
-depending on the recording rules. The benchmark uses it too."""
+metric names), so a real Prometheus holds exactly the rollups a caller chooses without
+depending on the recording rules. The Scheduler bridge benchmark stores 34,000 of
+them this way; its integration test stores a handful."""
 
 from __future__ import annotations
 
@@ -10,8 +11,21 @@ from itertools import groupby
 
 from aiohttp import web
 
-from tests.scheduler_bridge.canned import Series
 from tests.support.prometheus import free_port
+
+# One series: its labels (`__name__` included) and Prometheus' string form of its value.
+Series = tuple[dict[str, str], str]
+
+
+def series(name: str, proxy_id: str | None, value: str, source: str | None = "test",
+           **labels: str) -> Series:
+    """One series; value is Prometheus' string form ("NaN", "0")."""
+    metric = {"__name__": name, **labels}
+    if proxy_id is not None:
+        metric["proxy_id"] = proxy_id
+    if source is not None:
+        metric["source"] = source
+    return metric, value
 
 
 def _escape(value: str) -> str:

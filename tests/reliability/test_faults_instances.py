@@ -1,0 +1,317 @@
+"""Faults at the Instance level, injected into a real stack: demo Proxies, simulated
+engines, Instance exporters, a real Prometheus with the project's rules (1 s scrape
+and evaluation), and the Scheduler bridge. Each fault must show as a fault — absent
+series, a success gauge at 0, an error reason — and never as a healthy zero.
+
+One stack serves every test; each test owns its own pool, so the faults do not mix:
+  p-kill    3 Instances; one exporter is SIGKILLed
+  p-engine  4 Instances; their engines hang, answer 500, answer garbage
+  p-gpu     1 Instance, exporter in this process over a fake NVML with 2 GPUs
+  p-skew    2 Instances, exporters in this process with wall clocks an hour ahead
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from exporters.instance.service import InstanceExporter, Settings
+from scheduler_bridge.fields import FIELDS
+from tests.instance.fakes import FakeGpu, FakeNvml
+from tests.reliability.stack import (
+    InProcessExporter,
+    Launcher,
+    Pool,
+    ThreadedLoop,
+    eventually,
+    fetch_json,
+    scalar,
+    vector,
+)
+from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
+
+pytestmark = pytest.mark.integration
+
+FRESH_S = 15  # rules/instance.yml: a host sample is fresh this long
+# The contract's bound: the freshness threshold, plus one scrape, one evaluation
+# and one bridge cache TTL (1 + 1 + 0.5 s), plus one more of each for slack.
+STALE_BOUND_S = FRESH_S + 5
+# A fault that does not wait on a threshold: a couple of scrapes and evaluations.
+SHORT_BOUND_S = 10
+SKEW_S = 3600.0
+GIB = 2**30
+# Pools whose rate()-based rollups do not exist yet although their inputs do.
+RATES_PENDING = """
+  group by (proxy_id) (poolscope_proxy_requests_total)
+    unless on (proxy_id) proxy_pool:requests:rate1m
+or
+  group by (proxy_id) (poolscope_host_network_receive_bytes_total)
+    unless on (proxy_id) (proxy_pool:network_receive_bytes:rate1m
+                          and on (proxy_id) proxy_pool:network_transmit_bytes:rate1m)
+"""
+
+
+@dataclass
+class Stack:
+    prom: Prometheus
+    bridge: str
+    pools: dict[str, Pool]
+    nvml: FakeNvml
+    in_process: dict[str, InProcessExporter]
+
+    def summary(self, proxy_id: str) -> dict[str, Any]:
+        status, body = fetch_json(f"{self.bridge}/v1/pool_resources/{proxy_id}")
+        assert status == 200, body
+        return body
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("faults")
+    launcher, loop = Launcher(workdir), ThreadedLoop()
+    in_process: dict[str, InProcessExporter] = {}
+    try:
+        pools = {pid: launcher.pool(pid) for pid in ("p-kill", "p-engine", "p-gpu", "p-skew")}
+        launcher.wait()
+        for i in (1, 2, 3):
+            launcher.instance(pools["p-kill"], f"k{i}")
+        for i in (1, 2, 3, 4):
+            launcher.instance(pools["p-engine"], f"e{i}")
+        for pid, iid in (("p-gpu", "g1"), ("p-skew", "s1"), ("p-skew", "s2")):
+            launcher.engine(pools[pid], iid)
+        launcher.wait()
+        nvml = FakeNvml([FakeGpu("GPU-good", "NVIDIA H100", util=40, used=10 * GIB),
+                         FakeGpu("GPU-bad", "NVIDIA H100", util=70, used=30 * GIB)])
+
+        def exporter(pid: str, iid: str, **kwargs: Any) -> InProcessExporter:
+            settings = Settings(instance_id=iid, proxy_id=pid, engine="vllm",
+                                engine_metrics_url=f"{pools[pid].engines[iid]}/metrics")
+            made = InProcessExporter(InstanceExporter(settings, **kwargs), loop)
+            in_process[iid] = made
+            pools[pid].targets[iid] = made.target
+            return made
+
+        exporter("p-gpu", "g1", nvml=nvml.module())
+        for iid in ("s1", "s2"):
+            exporter("p-skew", iid, wall=lambda: time.time() + SKEW_S)
+        jobs = [scrape_config("instances", [t for p in pools.values() for t in p.targets.values()]),
+                scrape_config("proxies", [p.proxy_url.removeprefix("http://")
+                                          for p in pools.values()])]
+        with running_prometheus(workdir / "prometheus", jobs) as prom:
+            bridge = launcher.scheduler_bridge("scheduler-bridge", [prom.url])
+            launcher.wait()
+            expected = {"p-kill": 3, "p-engine": 4, "p-gpu": 1, "p-skew": 2}
+            eventually(lambda: vector(prom, "proxy_pool:instances_with_resource:count",
+                                      by="proxy_id"),
+                       lambda v: v == expected, 60, "every Instance fresh")
+            # rate()-based fields need two scrapes; before that they are rightly null,
+            # and a test comparing before and after a fault must not start earlier.
+            eventually(lambda: prom.query(RATES_PENDING), lambda v: v == [], 60,
+                       "every pool's rate()-based rollups")
+            yield Stack(prom, bridge, pools, nvml, in_process)
+    finally:
+        for made in in_process.values():
+            made.close()
+        loop.close()
+        launcher.stop()
+
+
+def fields_of(summary: dict[str, Any]) -> dict[str, Any]:
+    section_key = (f.path.split(".", 1) for f in FIELDS)
+    return {f"{s}.{k}": summary[s][k] for s, k in section_key}
+
+
+def agrees_at_rollup_time(prom: Prometheus, rollup: str, raw: str) -> tuple[float, float, int]:
+    """The rollup, the raw aggregate over its inputs, and the count of those inputs, all
+    at the timestamp Prometheus stored the rollup with."""
+    at = scalar(prom, f"timestamp({rollup})")
+    assert at is not None, f"{rollup} is absent"
+    rolled = prom.query(rollup, at=at)
+    direct = prom.query(f"sum({raw})", at=at)
+    count = prom.query(f"count({raw})", at=at)
+    return (float(rolled[0]["value"][1]), float(direct[0]["value"][1]),
+            int(float(count[0]["value"][1])))
+
+
+# --- an exporter killed mid-run ----------------------------------------------
+
+def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: Stack) -> None:
+    prom, pool = stack.prom, stack.pools["p-kill"]
+    before = stack.summary("p-kill")
+    assert before["instances"]["with_resource"] == 3
+    assert before["instances"]["missing_resource"] == 0
+    assert scalar(prom, 'proxy_pool:data_quality{proxy_id="p-kill",quality="complete"}') == 1
+
+    victim = pool.exporters["k3"].process
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+
+    after = eventually(lambda: stack.summary("p-kill"),
+                       lambda s: s["instances"]["with_resource"] == 2, STALE_BOUND_S,
+                       "killed exporter leaves instances.with_resource")
+    assert after["instances"] | {"idle": None, "idle_unknown": None} == {
+        "total": 3, "alive": 3, "stale": 0, "with_resource": 2, "missing_resource": 1,
+        "idle": None, "idle_unknown": None}  # the engine still heartbeats: alive, no data
+    assert after["health"]["data_quality"] == "partial"
+    assert scalar(prom, 'proxy_pool:data_quality{proxy_id="p-kill",quality="partial"}') == 1
+    assert "k3" not in vector(prom, 'poolscope_host_cpu_utilization_ratio{proxy_id="p-kill"}')
+    # The averages are over the two survivors only, at the very evaluation time.
+    n = 'poolscope_host_cpu_utilization_ratio{proxy_id="p-kill"}'
+    rolled, total, count = agrees_at_rollup_time(
+        prom, 'proxy_pool:cpu_utilization:avg{proxy_id="p-kill"}', n)
+    assert count == 2 and rolled == pytest.approx(total / count)
+    # Nothing the kill touched became a zero: known values stay or turn null.
+    fabricated = {path: (before_v, fields_of(after)[path])
+                  for path, before_v in fields_of(before).items()
+                  if fields_of(after)[path] == 0 and before_v != 0}
+    assert fabricated == {}
+    lost = {p for p, v in fields_of(after).items() if v is None} - {
+        p for p, v in fields_of(before).items() if v is None}
+    assert lost == set(), "one dead exporter of three must not null a pool field"
+
+
+# --- an engine that hangs, answers 500 or answers garbage ----------------------
+
+FAULTS = {"e1": ("hang", "timeout"), "e2": ("error500", "http_status"),
+          "e3": ("garbage", "parse")}
+
+
+def set_fault(engine_url: str, mode: str) -> None:
+    request = urllib.request.Request(f"{engine_url}/admin/fault",
+                                     data=json.dumps({"mode": mode}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert json.load(r)["mode"] == mode
+
+
+def engine_errors(prom: Prometheus) -> dict[tuple[str, str], float]:
+    return {(s["metric"]["instance_id"], s["metric"]["reason"]): float(s["value"][1])
+            for s in prom.query('poolscope_collector_errors_total'
+                                '{proxy_id="p-engine",collector="engine"}')}
+
+
+def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
+        stack: Stack) -> None:
+    prom, engines = stack.prom, stack.pools["p-engine"].engines
+    assert set(engine_errors(prom).values()) == {0.0}  # a measured 0 before any fault
+    try:
+        for iid, (mode, _reason) in FAULTS.items():
+            set_fault(engines[iid], mode)
+        eventually(lambda: vector(prom, 'poolscope_collector_success'
+                                        '{proxy_id="p-engine",collector="engine"}'),
+                   lambda v: v == {"e1": 0, "e2": 0, "e3": 0, "e4": 1}, SHORT_BOUND_S,
+                   "engine collector success per Instance")
+        errors = engine_errors(prom)
+        for iid, (_mode, reason) in FAULTS.items():
+            counted = {r for (i, r), v in errors.items() if i == iid and v > 0}
+            assert counted == {reason}, (iid, errors)
+        assert vector(prom, 'poolscope_engine_requests_running{proxy_id="p-engine"}').keys() \
+            == {"e4"}
+        # The pool's engine fields now stand on e4 alone; host fields on all four.
+        for rollup, raw in (
+                ("proxy_pool:engine_requests_running:sum", "poolscope_engine_requests_running"),
+                ("proxy_pool:kv_cache_usage:avg", "poolscope_engine_kv_cache_usage_ratio")):
+            rolled, total, _ = eventually(
+                lambda r=rollup, w=raw: agrees_at_rollup_time(  # type: ignore[misc]
+                    prom, f'{r}{{proxy_id="p-engine"}}', f'{w}{{proxy_id="p-engine"}}'),
+                lambda t: t[2] == 1, SHORT_BOUND_S, f"{rollup} over the healthy engine")
+            assert rolled == pytest.approx(total)
+        summary = stack.summary("p-engine")
+        assert summary["instances"]["with_resource"] == 4
+        assert summary["utilization"]["cpu_avg"] is not None
+
+        set_fault(engines["e4"], "garbage")  # now no engine answers sanely
+        summary = eventually(lambda: stack.summary("p-engine"),
+                             lambda s: s["load"]["engine_running_total"] is None,
+                             SHORT_BOUND_S, "engine fields null once every engine is broken")
+        assert summary["utilization"]["kv_cache_usage_avg"] is None
+        assert summary["load"]["engine_waiting_total"] is None
+        assert summary["utilization"]["cpu_avg"] is not None
+        assert summary["instances"]["with_resource"] == 4
+    finally:
+        for url in engines.values():
+            set_fault(url, "none")
+
+
+# --- a GPU whose NVML reads start failing --------------------------------------
+
+def gpu_counts(prom: Prometheus) -> dict[str, float]:
+    return vector(prom, 'proxy_pool:gpus:count{proxy_id="p-gpu"}', by="health")
+
+
+def test_failing_gpu_is_unhealthy_and_neither_used_nor_free(stack: Stack) -> None:
+    prom = stack.prom
+    eventually(lambda: gpu_counts(prom), lambda v: v == {"healthy": 2, "unhealthy": 0},
+               SHORT_BOUND_S, "both GPUs healthy")
+    assert scalar(prom, 'proxy_pool:gpu_memory_used:ratio{proxy_id="p-gpu"}') == \
+        pytest.approx(40 / 160)
+    stack.nvml.failing.add(1)
+    try:
+        eventually(lambda: gpu_counts(prom), lambda v: v == {"healthy": 1, "unhealthy": 1},
+                   SHORT_BOUND_S, "the failing GPU counted unhealthy")
+        assert vector(prom, 'poolscope_gpu_healthy{proxy_id="p-gpu"}', by="gpu_uuid") == {
+            "GPU-good": 1, "GPU-bad": 0}  # keeps its identity labels while failing
+        for usage in ("utilization_ratio", "memory_used_bytes", "memory_total_bytes"):
+            assert vector(prom, f'poolscope_gpu_{usage}{{proxy_id="p-gpu"}}',
+                          by="gpu_uuid").keys() == {"GPU-good"}
+        eventually(lambda: scalar(prom, 'proxy_pool:gpu_memory_used:ratio{proxy_id="p-gpu"}'),
+                   lambda v: v == pytest.approx(10 / 80), SHORT_BOUND_S,
+                   "memory ratio over the healthy GPU only")
+        assert scalar(prom, 'proxy_pool:gpu_memory_total_bytes:sum{proxy_id="p-gpu"}') == \
+            80 * GIB  # the failing GPU's memory is not free capacity
+        errors = vector(prom, 'poolscope_collector_errors_total'
+                              '{proxy_id="p-gpu",collector="gpu"}', by="reason")
+        assert errors["nvml_read"] >= 1
+        summary = eventually(lambda: stack.summary("p-gpu"),
+                             lambda s: s["utilization"]["gpu_util_max"] == pytest.approx(40),
+                             SHORT_BOUND_S, "bridge GPU fields over the healthy GPU")
+        assert summary["utilization"]["gpu_util_avg"] == pytest.approx(40)
+        assert summary["utilization"]["gpu_mem_used_ratio"] == pytest.approx(0.125)
+    finally:
+        stack.nvml.failing.discard(1)
+
+
+# --- clock skew ---------------------------------------------------------------
+
+def host_clock_lead(prom: Prometheus, iid: str) -> float:
+    """How far ahead of this machine the exporter's wall clock says its sample was."""
+    last = scalar(prom, 'poolscope_collector_last_success_timestamp_seconds'
+                        f'{{instance_id="{iid}",collector="host"}}')
+    assert last is not None
+    return last - time.time()
+
+
+def test_skewed_host_clock_does_not_change_freshness(stack: Stack) -> None:
+    prom = stack.prom
+    assert host_clock_lead(prom, "s1") > SKEW_S - 60  # the host says it is an hour ahead
+    freshness = vector(prom, 'instance:resource_freshness_seconds:max{proxy_id="p-skew"}')
+    assert freshness.keys() == {"s1", "s2"}
+    assert all(0 <= v < FRESH_S for v in freshness.values()), freshness
+    summary = stack.summary("p-skew")
+    assert summary["instances"]["with_resource"] == 2
+    assert 0 <= summary["health"]["resource_freshness_s_max"] < FRESH_S
+
+
+def test_stalled_exporter_cannot_look_fresh_whatever_its_clock_says(stack: Stack) -> None:
+    prom = stack.prom
+    stack.in_process["s2"].stall_sampling()  # still serves, samples nothing new
+    summary = eventually(lambda: stack.summary("p-skew"),
+                         lambda s: s["instances"]["missing_resource"] == 1, STALE_BOUND_S,
+                         "a stalled sampler turns missing")
+    assert summary["instances"]["with_resource"] == 1
+    # The freshness rollup lives in another rule group, so it may trail the counts by
+    # one evaluation (Prometheus evaluates groups independently).
+    eventually(lambda: stack.summary("p-skew")["health"]["resource_freshness_s_max"],
+               lambda v: v > FRESH_S, SHORT_BOUND_S, "pool freshness past the threshold")
+    # Its clock still puts its last sample in the future; freshness did not care.
+    assert host_clock_lead(prom, "s2") > SKEW_S - 60 - STALE_BOUND_S
+    assert vector(prom, 'instance:resource_freshness_seconds:max{proxy_id="p-skew"}')["s2"] \
+        > FRESH_S

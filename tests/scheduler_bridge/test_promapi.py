@@ -1,0 +1,90 @@
+"""Parsing Prometheus' answer: every malformed shape fails on its own backend, so the
+next backend is asked, and values keep NaN for the summary to turn into null."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from scheduler_bridge.promapi import AllBackendsFailed, ErrorKind, PrometheusAPI
+
+Serve = Callable[[bytes, int], Awaitable[str]]
+
+GOOD = {"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {"__name__": "proxy_pool:instances:count", "proxy_id": "a"},
+     "value": [1.5, "3"]},
+    {"metric": {"__name__": "proxy_pool:cpu_utilization:avg", "proxy_id": "a"},
+     "value": [1.5, "NaN"]},
+    {"metric": {"__name__": "proxy_pool:cpu_utilization:max", "proxy_id": "a"},
+     "value": [1.5, "+Inf"]}]}}
+
+
+def _with_result(result: object) -> bytes:
+    return orjson.dumps({"status": "success", "data": {"resultType": "vector",
+                                                       "result": result}})
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start a backend answering every /api/v1/query with `body` and `status`."""
+    servers: list[TestServer] = []
+
+    async def start(body: bytes, status: int = 200) -> str:
+        async def query(request: web.Request) -> web.Response:
+            return web.Response(body=body, status=status, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/api/v1/query", query)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+async def test_values_are_parsed_and_non_finite_ones_read_as_none(serve: Serve) -> None:
+    url = await serve(orjson.dumps(GOOD), 200)
+    async with aiohttp.ClientSession() as session:
+        result = await PrometheusAPI([url], session, 2.0).query("x", 1.5)
+    assert result.backend == url
+    vector = result.samples
+    assert vector.values[0] == 3.0
+    assert math.isnan(vector.values[1]) and vector.values[2] == math.inf
+    assert [value for _, value in vector] == [3.0, None, None]
+    assert vector[0] == ({"__name__": "proxy_pool:instances:count", "proxy_id": "a"}, 3.0)
+
+
+@pytest.mark.parametrize(("body", "status", "kind"), [
+    (b"<html>bad gateway</html>", 502, ErrorKind.HTTP),
+    (b"{not json", 200, ErrorKind.RESPONSE),
+    (b'{"status":"error","errorType":"bad_data","error":"parse error"}', 400, ErrorKind.API),
+    (b'{"status":"success","data":{"resultType":"matrix","result":[]}}', 200,
+     ErrorKind.RESPONSE),
+    (_with_result([{"value": [1, "1"]}]), 200, ErrorKind.RESPONSE),  # no metric
+    (_with_result([{"metric": {}, "value": [1]}]), 200, ErrorKind.RESPONSE),  # no value
+    (_with_result([{"metric": {}, "value": [1, "one"]}]), 200, ErrorKind.RESPONSE),
+    (_with_result([{"metric": {}, "value": [1, None]}]), 200, ErrorKind.RESPONSE),
+    (_with_result([{"metric": ["a"], "value": [1, "1"]}]), 200, ErrorKind.RESPONSE),
+    (_with_result({"metric": {}}), 200, ErrorKind.RESPONSE),  # not a list
+])
+async def test_a_malformed_answer_fails_its_backend_and_the_next_one_answers(
+        serve: Serve, body: bytes, status: int, kind: str) -> None:
+    bad = await serve(body, status)
+    good = await serve(orjson.dumps(GOOD), 200)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(AllBackendsFailed) as failed:
+            await PrometheusAPI([bad], session, 2.0).query("x", 1.5)
+        fallback = await PrometheusAPI([bad, good], session, 2.0).query("x", 1.5)
+    assert [e.kind for e in failed.value.errors] == [kind]
+    assert failed.value.errors[0].backend == bad
+    assert fallback.backend == good
+    assert len(fallback.samples) == 3
