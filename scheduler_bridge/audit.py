@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from exporters.common import catalog
-from scheduler_bridge.fields import FIELDS, Kind
+from scheduler_bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
 
 Renderer = Callable[[], str]
 
@@ -25,16 +25,23 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def documented_path(path: str) -> str:
+    """`gpus.healthy` is `gpus.<gpu_model>.healthy` in the JSON: one object per model."""
+    section, _, key = path.partition(".")
+    return f"{section}.<{GPU_MODEL_LABEL}>.{key}" if section == GPUS_SECTION else path
+
+
 def field_table() -> str:
     """One row per pool-summary field: where it comes from and when it is null."""
     rows = ["| field | rollup | raw series (exporter, lower-layer module) | classification "
             "| null when | level |",
             "| --- | --- | --- | --- | --- | --- |"]
-    for f in FIELDS:
+    for f in (*FIELDS, *GPU_FIELDS):
         selector = "".join(f'{{{k}="{v}"}}' for k, v in f.matchers.items())
         unit = f" x {f.scale:g}" if f.scale != 1 else ""
         kind = f" ({f.state_label} state set)" if f.kind is Kind.STATE else ""
-        rows.append(f"| `{f.path}` | `{f.rollup}{selector}`{unit}{kind} | {_cell(f.lower_layer)} "
+        rows.append(f"| `{documented_path(f.path)}` | `{f.rollup}{selector}`{unit}{kind} "
+                    f"| {_cell(f.lower_layer)} "
                     f"| {f.classification} | {_cell(f.null_when)} | Scheduler |")
     return "\n".join(rows)
 

@@ -83,6 +83,15 @@ class Health:
 
 
 @dataclass(frozen=True)
+class GpuCapacity:
+    """One GPU model of a pool; unhealthy GPUs are neither used nor free capacity."""
+
+    healthy: int | None = None
+    unhealthy: int | None = None
+    memory_total_bytes: float | None = None
+
+
+@dataclass(frozen=True)
 class PoolSummary:
     schema_version: int
     proxy_id: str
@@ -93,6 +102,9 @@ class PoolSummary:
     load: Load
     utilization: Utilization
     health: Health
+    # By gpu_model; None when the bridge knows nothing of the pool's GPUs (or predates
+    # the field), never {} (see scheduler_bridge.fields.GPUS_SECTION).
+    gpus: dict[str, GpuCapacity] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,14 @@ def parse_pool(doc: dict[str, Any]) -> PoolSummary:
         load=_section(Load, doc.get("load")),
         utilization=_section(Utilization, doc.get("utilization")),
         health=_section(Health, doc.get("health")),
+        gpus=_gpus(doc.get("gpus")),
     )
+
+
+def _gpus(doc: Any) -> dict[str, GpuCapacity] | None:
+    if not isinstance(doc, dict):
+        return None
+    return {str(model): _section(GpuCapacity, entry) for model, entry in doc.items()}
 
 
 def parse_snapshot(doc: dict[str, Any]) -> BridgeSnapshot:

@@ -178,7 +178,33 @@ METRIC_SOURCE_FIELDS: dict[str, str] = {
 
 SECTIONS = ("instances", "load", "utilization", "health")
 
+# GPU capacity per GPU model (fleet status): `gpus.<gpu_model>.<key>` in the summary,
+# one object per value of the rollups' GPU_MODEL_LABEL. Kept out of FIELDS because
+# its keys are label values rather than a fixed set, and out of data_quality: a pool
+# without GPUs is not less known for it.
+#
+# `gpus` is null for a pool with no series of these rollups: the rules have no series
+# that tells "this pool has no GPU" from "no Instance exports GPU series" (NVML not
+# wired, or the GPU collector failing), so no pool can honestly get an empty object.
+GPUS_SECTION = "gpus"
+GPU_MODEL_LABEL = "gpu_model"
+_GPU_HEALTH = ("poolscope_gpu_healthy == {} (instance exporter, NVML), GPUs of registered "
+               "Instances; a NaN health read counts on neither side")
+_NO_GPU_HEALTH = "the model is listed but its GPUs' health could not be read"
+GPU_FIELDS: tuple[Field, ...] = (
+    Field("gpus.healthy", "proxy_pool:gpus:count", Classification.DERIVED,
+          _GPU_HEALTH.format(1), _NO_GPU_HEALTH, Kind.COUNT, matchers={"health": "healthy"}),
+    Field("gpus.unhealthy", "proxy_pool:gpus:count", Classification.DERIVED,
+          _GPU_HEALTH.format(0) + ": neither used nor free", _NO_GPU_HEALTH, Kind.COUNT,
+          matchers={"health": "unhealthy"}),
+    Field("gpus.memory_total_bytes", "proxy_pool:gpu_memory_total_bytes:sum",
+          Classification.MEASURED,
+          "poolscope_gpu_memory_total_bytes (instance exporter, NVML), healthy GPUs whose "
+          "memory reads are valid, registered Instances",
+          "no GPU of the model is healthy with valid memory reads"),
+)
+
 
 def rollup_names() -> frozenset[str]:
     """Every recording rule the bridges read."""
-    return frozenset({*(f.rollup for f in FIELDS), DATA_QUALITY_ROLLUP})
+    return frozenset({*(f.rollup for f in (*FIELDS, *GPU_FIELDS)), DATA_QUALITY_ROLLUP})

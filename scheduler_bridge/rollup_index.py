@@ -12,13 +12,17 @@ series for one numeric field, or two states hot at once, make the field null and
 counted by reason in `rejected`; a count that is not a non-negative integer, and a
 state the contract does not know, are rejected too. NaN and infinities are series
 without a measurement: the field is wired (present) but null.
+
+GPU capacity per model (fields.GPU_FIELDS) is keyed by a label value, so it cannot be
+a fixed slot: those few series per pool go to a small list per (pool, gpu_model) in
+`PoolIndex.gpus`, under the same rules (a duplicate is null and counted).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_bridge.fields import (
@@ -26,6 +30,8 @@ from scheduler_bridge.fields import (
     DATA_QUALITY_PATH,
     DATA_QUALITY_ROLLUP,
     FIELDS,
+    GPU_FIELDS,
+    GPU_MODEL_LABEL,
     SECTIONS,
     Field,
     Kind,
@@ -66,8 +72,11 @@ SLOT_OF: dict[str, int] = {path: i for i, path in enumerate(SLOT_PATHS)}
 _TEMPLATE: list[Any] = [None] * SLOTS + [ABSENT] * SLOTS
 
 # Routes: (operation, value slot, source slot, argument).
-_NUMBER, _COUNT, _STATE, _SELECT = range(4)
+_NUMBER, _COUNT, _STATE, _SELECT, _GPU = range(5)
 Route = tuple[int, int, int, Any]
+# One (pool, gpu_model)'s values in GPU_FIELDS order; ABSENT until a series is seen.
+GPU_KEYS: tuple[str, ...] = tuple(f.key for f in GPU_FIELDS)
+_GPU_TEMPLATE: list[Any] = [ABSENT] * len(GPU_FIELDS)
 
 
 def _route(f: Field) -> Route:
@@ -79,23 +88,38 @@ def _route(f: Field) -> Route:
     return (_NUMBER, slot, slot + SLOTS, f.scale)
 
 
-def _routes() -> dict[str, Route]:
-    """rollup name -> route; a rollup feeding several fields selects them by one label."""
-    by_rollup: dict[str, list[Field]] = {}
-    for f in FIELDS:
-        by_rollup.setdefault(f.rollup, []).append(f)
-    routes: dict[str, Route] = {}
-    for rollup, fields in by_rollup.items():
-        labels = {tuple(f.matchers) for f in fields}
-        if len(fields) == 1 and labels == {()}:
-            routes[rollup] = _route(fields[0])
+def _by_rollup(fields: Iterable[Field]) -> Iterator[tuple[str, str | None, list[Field]]]:
+    """(rollup, the one label selecting among its fields or None, its fields)."""
+    grouped: dict[str, list[Field]] = {}
+    for f in fields:
+        grouped.setdefault(f.rollup, []).append(f)
+    for rollup, group in grouped.items():
+        labels = {tuple(f.matchers) for f in group}
+        if len(group) == 1 and labels == {()}:
+            yield rollup, None, group
             continue
         if len(labels) != 1 or len(label := next(iter(labels))) != 1:
             raise ValueError(f"{rollup}: fields sharing a rollup must select by one label")
-        table = {f.matchers[label[0]]: _route(f) for f in fields}
-        if len(table) != len(fields):
+        if len({f.matchers[label[0]] for f in group}) != len(group):
             raise ValueError(f"{rollup}: two fields select the same series")
-        routes[rollup] = (_SELECT, -1, -1, (label[0], table))
+        yield rollup, label[0], group
+
+
+def _routes() -> dict[str, Route]:
+    """rollup name -> route; a rollup feeding several fields selects them by one label."""
+    routes: dict[str, Route] = {}
+    for rollup, label, fields in _by_rollup(FIELDS):
+        if label is None:
+            routes[rollup] = _route(fields[0])
+        else:
+            routes[rollup] = (_SELECT, -1, -1,
+                              (label, {f.matchers[label]: _route(f) for f in fields}))
+    for rollup, label, fields in _by_rollup(GPU_FIELDS):
+        # (selecting label, {its value: (GPU slot, is a count)}); None selects all.
+        table = {f.matchers[label] if label else None: (GPU_KEYS.index(f.key),
+                                                         f.kind is Kind.COUNT)
+                 for f in fields}
+        routes[rollup] = (_GPU, -1, -1, (label, table))
     slot = SLOT_OF[DATA_QUALITY_PATH]
     routes[DATA_QUALITY_ROLLUP] = (_STATE, slot, slot + SLOTS, (DATA_QUALITY_LABEL, QUALITIES))
     return routes
@@ -112,6 +136,9 @@ class PoolIndex:
     rejected: Counter[str]
     series: int
     conflicts: set[tuple[str, int]]  # (proxy_id, slot): series disagreed, value is null
+    # proxy_id -> gpu_model -> values in GPU_KEYS order (ABSENT: no series); only pools
+    # with a GPU series are here, and every one of them is in `pools` too.
+    gpus: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
 
 def index_pairs(pairs: Iterable[Pair]) -> PoolIndex:
@@ -119,6 +146,7 @@ def index_pairs(pairs: Iterable[Pair]) -> PoolIndex:
     pools: defaultdict[str, list[Any]] = defaultdict(_TEMPLATE.copy)
     rejected: Counter[str] = Counter()
     conflicts: set[tuple[str, int]] = set()
+    gpus: dict[str, dict[str, list[Any]]] = {}
     routes = _ROUTES
     series = 0
     for series, (labels, value) in enumerate(pairs, 1):  # noqa: B007 - the count, after
@@ -152,20 +180,53 @@ def index_pairs(pairs: Iterable[Pair]) -> PoolIndex:
         elif op == _COUNT:
             if slots[source_slot] is ABSENT:
                 slots[source_slot] = labels.get("source")
-                if value is None:
-                    pass
-                elif 0.0 <= value <= MAX_COUNT and value.is_integer():
-                    slots[slot] = int(value)
-                else:
-                    rejected["invalid_count"] += 1
+                slots[slot] = _count(value, rejected)
             else:
                 rejected["duplicate_series"] += 1
                 conflicts.add((pid, slot))
+        elif op == _GPU:
+            _read_gpu(gpus, pid, arg, labels, value, rejected)
         else:
             _read_state(slots, slot, source_slot, arg, labels, value, pid, rejected, conflicts)
     for pid, slot in conflicts:
         pools[pid][slot] = None
-    return PoolIndex(dict(pools), rejected, series, conflicts)
+    return PoolIndex(dict(pools), rejected, series, conflicts, gpus)
+
+
+def _count(value: float | None, rejected: Counter[str]) -> int | None:
+    """A count as an int; a value that cannot be one is rejected and stays null."""
+    if value is None:
+        return None
+    if 0.0 <= value <= MAX_COUNT and value.is_integer():
+        return int(value)
+    rejected["invalid_count"] += 1
+    return None
+
+
+def _read_gpu(gpus: dict[str, dict[str, list[Any]]], pid: str,
+              arg: tuple[str | None, dict[str | None, tuple[int, bool]]],
+              labels: Mapping[str, str], value: float | None, rejected: Counter[str]) -> None:
+    """One series of a GPU-per-model rollup into its (pool, gpu_model) values.
+
+    A pool gets a `gpus` entry only from a series that names a model, so an entry is
+    never an empty object standing for "no GPU" (fields.py: nothing can say that).
+    """
+    label, table = arg
+    selected = table.get(labels.get(label) if label else None)
+    if selected is None:
+        return  # a series of the rollup that no field selects
+    model = labels.get(GPU_MODEL_LABEL)
+    if not model:
+        rejected["no_gpu_model"] += 1
+        return
+    slot, is_count = selected
+    values = gpus.setdefault(pid, {}).setdefault(model, _GPU_TEMPLATE.copy())
+    if values[slot] is ABSENT:
+        values[slot] = _count(value, rejected) if is_count else value
+    else:
+        # Two series for one value: null, and a third cannot revive it (not ABSENT).
+        values[slot] = None
+        rejected["duplicate_series"] += 1
 
 
 def _unrouted(labels: Mapping[str, str], pools: defaultdict[str, list[Any]],

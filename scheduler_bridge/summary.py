@@ -27,6 +27,7 @@ import orjson
 
 from scheduler_bridge.fields import (
     DATA_QUALITY_PATH,
+    GPUS_SECTION,
     METRIC_SOURCE_FIELDS,
     QUALITY_GROUPS,
     SECTIONS,
@@ -35,6 +36,7 @@ from scheduler_bridge.rollup_index import (
     ABSENT,
     DATA_QUALITY_SLOT,
     FIELD_SLOTS,
+    GPU_KEYS,
     QUALITIES,
     SLOT_FIELDS,
     SLOT_OF,
@@ -200,7 +202,9 @@ def build_snapshot(samples: Iterable[Sample], evaluated_at: float) -> PoolSnapsh
     with gc_paused():
         index = index_pairs(pairs)
         pools = index.pools
-        pools_out = {pid: _summary(pid, evaluated_at, pools[pid]) for pid in sorted(pools)}
+        gpus = index.gpus
+        pools_out = {pid: _summary(pid, evaluated_at, pools[pid], gpus.get(pid))
+                     for pid in sorted(pools)}
     return PoolSnapshot(evaluated_at, pools_out, index)
 
 
@@ -248,7 +252,8 @@ _SOURCES: tuple[tuple[str, int], ...] = tuple(
     (key, SLOT_OF[path] + SLOTS) for key, path in METRIC_SOURCE_FIELDS.items())
 
 
-def _summary(pid: str, evaluated_at: float, slots: list[Any]) -> dict[str, Any]:
+def _summary(pid: str, evaluated_at: float, slots: list[Any],
+             gpus: dict[str, list[Any]] | None) -> dict[str, Any]:
     sections = {s: dict(zip(keys, slots[start:end], strict=True))
                 for s, keys, start, end in _SECTIONS}
     sections[_DQ_SECTION][_DQ_KEY] = _WORSE[
@@ -261,4 +266,18 @@ def _summary(pid: str, evaluated_at: float, slots: list[Any]) -> dict[str, Any]:
         "metric_quality": {group: by_known[total - pick(slots).count(None)]
                            for group, pick, total, by_known in _GROUPS},
         **sections,
+        GPUS_SECTION: _gpus(gpus),
     }
+
+
+def _gpus(models: dict[str, list[Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """GPU capacity by gpu_model; null, not {}, when no GPU series names the pool.
+
+    Null because the rollups cannot tell a pool without GPUs from one whose GPUs are
+    not read (fields.GPUS_SECTION); every model listed has at least one series.
+    """
+    if models is None:
+        return None
+    return {model: {key: None if value is ABSENT else value
+                    for key, value in zip(GPU_KEYS, values, strict=True)}
+            for model, values in sorted(models.items())}

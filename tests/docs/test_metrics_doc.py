@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from exporters.common import catalog
-from scheduler_bridge.audit import render_into
-from scheduler_bridge.fields import FIELDS
+from scheduler_bridge.audit import documented_path, render_into
+from scheduler_bridge.fields import FIELDS, GPU_FIELDS
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "metrics.md"
@@ -41,7 +41,7 @@ def test_generated_tables_match_the_code() -> None:
     assert render_into(text) == text, "regenerate: python -m scheduler_bridge.audit --write ..."
 
 
-@pytest.mark.parametrize("path", [f.path for f in FIELDS])
+@pytest.mark.parametrize("path", [documented_path(f.path) for f in (*FIELDS, *GPU_FIELDS)])
 def test_every_summary_field_has_a_row(path: str) -> None:
     assert re.search(rf"^\| `{re.escape(path)}` \|", DOC.read_text(), re.MULTILINE)
 

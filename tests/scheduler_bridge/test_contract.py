@@ -11,6 +11,7 @@ from scheduler_bridge import client
 from scheduler_bridge.fields import (
     DATA_QUALITY_PATH,
     FIELDS,
+    GPU_FIELDS,
     METRIC_SOURCE_FIELDS,
     QUALITY_GROUPS,
     SECTIONS,
@@ -51,3 +52,16 @@ def test_client_dataclasses_mirror_the_field_table() -> None:
     assert sorted(mirrored) == sorted(PATHS)
     assert [f.name for f in dataclasses.fields(client.MetricSource)] == list(METRIC_SOURCE_FIELDS)
     assert [f.name for f in dataclasses.fields(client.MetricQuality)] == list(QUALITY_GROUPS)
+
+
+def test_gpu_capacity_mirrors_the_gpu_field_table() -> None:
+    keys = [f.key for f in GPU_FIELDS]
+    assert [f.name for f in dataclasses.fields(client.GpuCapacity)] == keys
+    entry = pool_summary_schema()["properties"]["gpus"]["additionalProperties"]
+    assert list(entry["properties"]) == keys
+    parsed = client.parse_pool({"schema_version": 1, "proxy_id": "a", "generated_at": 1.0,
+                                "gpus": {"m": dict(zip(keys, (1, 0, 2.0), strict=True))}})
+    assert parsed.gpus == {"m": client.GpuCapacity(1, 0, 2.0)}
+    # An older bridge without the field: unknown, not "no GPU".
+    assert client.parse_pool({"schema_version": 1, "proxy_id": "a",
+                              "generated_at": 1.0}).gpus is None

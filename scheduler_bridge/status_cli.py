@@ -1,0 +1,177 @@
+"""`poolscope-status`: the fleet on one screen, read from the Scheduler bridge.
+
+It reads the bridge rather than Prometheus so that it shows exactly what the
+Scheduler is served, snapshot for snapshot. Exit codes: 0 shown, 1 the bridge could
+not be read (one line on stderr says why), 2 bad flags. Under `--watch` a failed read
+is shown in place of the screen and the next one is tried: a bridge restart should
+not end a watch, and Ctrl-C ends it with 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+import aiohttp
+
+from scheduler_bridge.client import BridgeError, SchedulerBridgeClient
+from scheduler_bridge.status import FleetView, build_view
+from scheduler_bridge.status_text import Style, render_text
+
+PROG = "poolscope-status"
+DEFAULT_URL = "http://127.0.0.1:7002"
+WATCH_DEFAULT_S = 2.0
+# Faster than the bridge's cache TTL only re-reads one snapshot; slower than an hour
+# is a cron job, not a watch.
+WATCH_MIN_S, WATCH_MAX_S = 0.5, 3600.0
+CLEAR = "\x1b[H\x1b[2J"
+
+
+class ReadFailed(Exception):
+    """The bridge could not be read; the message is the one line a user sees."""
+
+
+def _interval(text: str) -> float:
+    value = _seconds(text)
+    if not WATCH_MIN_S <= value <= WATCH_MAX_S:
+        raise argparse.ArgumentTypeError(
+            f"{text}: between {WATCH_MIN_S:g} and {WATCH_MAX_S:g} seconds")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text}: must be > 0")
+    return value
+
+
+def _refreshes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Every pool's load, Instances and GPU capacity on one screen, "
+                               "from the Scheduler bridge. '?' is unknown, never zero.")
+    p.add_argument("--bridge-url", default=DEFAULT_URL, metavar="URL",
+                   help=f"Scheduler bridge base URL (default {DEFAULT_URL})")
+    p.add_argument("--auth-token-file", type=Path, metavar="F",
+                   help="send 'Authorization: Bearer <token>' with the token in F")
+    p.add_argument("--timeout", type=_seconds, default=5.0, metavar="S",
+                   help="seconds to wait for the bridge (default 5)")
+    p.add_argument("--json", action="store_true",
+                   help="print the view as JSON (one document per refresh under --watch)")
+    p.add_argument("--watch", type=_interval, nargs="?", const=WATCH_DEFAULT_S,
+                   metavar="SECONDS",
+                   help=f"refresh every SECONDS (default {WATCH_DEFAULT_S:g}, "
+                        f"{WATCH_MIN_S:g}..{WATCH_MAX_S:g}) until Ctrl-C")
+    p.add_argument("--count", type=_refreshes, metavar="N",
+                   help="with --watch: stop after N refreshes")
+    return p
+
+
+def _token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    token = path.read_text().strip()
+    if not token:
+        raise ValueError(f"{path} is empty")
+    return token
+
+
+async def read_view(client: SchedulerBridgeClient, url: str) -> FleetView:
+    try:
+        return build_view(await client.snapshot())
+    except BridgeError as e:
+        raise ReadFailed(f"bridge {url} answered {e}") from e
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise ReadFailed(f"bridge {url} unreachable: {e or type(e).__name__}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise ReadFailed(f"bridge {url} sent no pool snapshot: {e!r}") from e
+
+
+def render(view: FleetView, as_json: bool, out: TextIO) -> str:
+    if as_json:
+        return json.dumps(view.as_dict(), allow_nan=False)
+    tty = out.isatty()
+    encoding = out.encoding or "ascii"
+    try:
+        "█░…".encode(encoding)
+        unicode = True
+    except (UnicodeEncodeError, LookupError):
+        unicode = False
+    style = Style(width=shutil.get_terminal_size().columns,
+                  colour=tty and "NO_COLOR" not in os.environ, unicode=unicode)
+    return render_text(view, style)
+
+
+async def run(args: argparse.Namespace, token: str | None, out: TextIO) -> int:
+    async with aiohttp.ClientSession() as session:
+        client = SchedulerBridgeClient(args.bridge_url, session, token=token,
+                                       timeout_s=args.timeout)
+        if args.watch is None:
+            try:
+                view = await read_view(client, args.bridge_url)
+            except ReadFailed as e:
+                print(f"{PROG}: {e}", file=sys.stderr)
+                return 1
+            print(render(view, args.json, out), file=out)
+            return 0
+        return await _watch(client, args, out)
+
+
+async def _watch(client: SchedulerBridgeClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Redraw until Ctrl-C or --count; the exit code is the last read's."""
+    clear = CLEAR if out.isatty() and not args.json else ""
+    shown = 0
+    while True:
+        try:
+            frame, code = render(await read_view(client, args.bridge_url), args.json, out), 0
+        except ReadFailed as e:
+            # The old screen goes: left up, it would pass for the current state.
+            frame, code = "", 1
+            print(clear, end="", file=out, flush=True)
+            print(f"{PROG}: {e}", file=sys.stderr, flush=True)
+        if frame:
+            print(f"{clear}{frame}", file=out, flush=True)
+        shown += 1
+        if args.count is not None and shown >= args.count:
+            return code
+        await asyncio.sleep(args.watch)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # bad flags: argparse's message and exit code 2
+    if args.count is not None and args.watch is None:
+        parser.error("--count needs --watch")
+    try:
+        token = _token(args.auth_token_file)
+    except (OSError, ValueError) as e:
+        print(f"{PROG}: --auth-token-file: {e}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(run(args, token, sys.stdout))
+    return 0  # Ctrl-C: the user chose to stop, nothing failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

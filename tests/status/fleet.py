@@ -1,0 +1,67 @@
+"""Canned fleets for the status tests: rollup series as the rules would store them,
+built from fields.py so that a field rename cannot leave the tests feeding nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_bridge.fields import FIELDS, GPU_FIELDS, Field, Kind
+from scheduler_bridge.summary import build_summaries, parse_value
+from tests.scheduler_bridge.canned import Series, series
+
+GIB = 2**30
+H100 = "NVIDIA H100 80GB HBM3"
+# Label values a scrape target could send; none of it may reach a page as markup.
+HOSTILE_POOL = "<script>alert('pool')</script>"
+HOSTILE_MODEL = "\"><img src=x onerror=alert(1)>&amp;"
+
+_BY_PATH: dict[str, Field] = {f.path: f for f in (*FIELDS, *GPU_FIELDS)}
+
+
+def field_series(proxy_id: str, path: str, value: str, **labels: str) -> Series:
+    """The rollup series that fills `path` (a state field: `value` names the state)."""
+    f = _BY_PATH[path]
+    if f.kind is Kind.STATE:
+        return series(f.rollup, proxy_id, "1", "test", **{f.state_label: value})
+    return series(f.rollup, proxy_id, value, "test", **f.matchers, **labels)
+
+
+def gpu_series(proxy_id: str, model: str, healthy: str | None, unhealthy: str | None,
+               memory_bytes: str | None) -> list[Series]:
+    values = {"gpus.healthy": healthy, "gpus.unhealthy": unhealthy,
+              "gpus.memory_total_bytes": memory_bytes}
+    return [field_series(proxy_id, path, v, gpu_model=model)
+            for path, v in values.items() if v is not None]
+
+
+def busy_pool(proxy_id: str = "prefill-h100") -> list[Series]:
+    """Every pool field measured, 8 healthy and 1 unhealthy H100."""
+    values = {
+        "instances.total": "5", "instances.alive": "4", "instances.stale": "1",
+        "instances.missing_resource": "0", "instances.with_resource": "4",
+        "instances.idle": "1", "instances.idle_unknown": "2",
+        "load.load_ratio": "0.62", "load.saturation": "0.35",
+        "utilization.gpu_util_avg": "0.42", "utilization.gpu_mem_used_ratio": "0.3",
+        "health.pool_admission_state": "accepting",
+    }
+    return [*(field_series(proxy_id, p, v) for p, v in values.items()),
+            *gpu_series(proxy_id, H100, "8", "1", str(8 * 80 * GIB))]
+
+
+def blind_pool(proxy_id: str = "decode-cpu") -> list[Series]:
+    """The Proxy reports its registry and nothing else: every ratio is unknown."""
+    return [field_series(proxy_id, "instances.total", "2"),
+            field_series(proxy_id, "instances.alive", "2"),
+            field_series(proxy_id, "instances.stale", "0"),
+            field_series(proxy_id, "instances.idle", "0"),
+            field_series(proxy_id, "instances.idle_unknown", "2")]
+
+
+def hostile_pool() -> list[Series]:
+    return [field_series(HOSTILE_POOL, "load.load_ratio", "0.5"),
+            *gpu_series(HOSTILE_POOL, HOSTILE_MODEL, "1", "0", str(24 * GIB))]
+
+
+def summaries(vector: list[Series], at: float = 1_700_000_000.0) -> dict[str, dict[str, Any]]:
+    """What the bridge serves for `vector`, without a bridge."""
+    return build_summaries([(m, parse_value(v)) for m, v in vector], at)

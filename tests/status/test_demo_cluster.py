@@ -1,0 +1,45 @@
+"""`poolscope-status --json` against the real stack: demo cluster, Prometheus with the
+project's rules, the Scheduler bridge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import demo_cluster
+from tests.support.prometheus import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def status_json(bridge_url: str) -> dict[str, Any]:
+    run = subprocess.run(
+        [sys.executable, "-m", "scheduler_bridge.status_cli", "--bridge-url", bridge_url,
+         "--json"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    doc: dict[str, Any] = json.loads(run.stdout)
+    return doc
+
+
+def test_status_json_shows_both_demo_pools(tmp_path: Path) -> None:
+    with demo_cluster(tmp_path, proxies=2, instances=2, rate=3.0) as cluster:
+        expected = {pool.proxy_id for pool in cluster.pools}
+        deadline = time.monotonic() + 90
+        doc = status_json(cluster.scheduler_bridge_url)
+        # The rules need a few evaluations before every pool's registry is rolled up.
+        while {p["proxy_id"] for p in doc["pools"]} != expected or any(
+                p["alive"] != 2 for p in doc["pools"]):
+            assert time.monotonic() < deadline, doc
+            time.sleep(1)
+            doc = status_json(cluster.scheduler_bridge_url)
+    for pool in doc["pools"]:
+        assert pool["instances_total"] == 2 and pool["stale"] == 0
+        assert pool["data_quality"] in ("complete", "partial")
+        # No GPU in the demo: unknown, never an empty "no GPU" claim or a 0% bar.
+        assert pool["gpus"] is None and pool["gpu_util_ratio"] is None
