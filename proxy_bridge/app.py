@@ -6,7 +6,7 @@ same rollup selectors narrowed to this pool, and `encode_json`), so both bridges
 serve the same bytes for this pool. The Proxy-local series are read in the same
 refresh, at the same evaluation time, so the detail, the summary and the null
 reasons describe one instant. Middlewares, caching, stale serving and the shared
-routes are the Scheduler bridge's own.
+routes are the Scheduler bridge's own (`bridge_app`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from exporters.common.web import json_error
 from proxy_bridge.diagnosis import null_reasons
 from proxy_bridge.heartbeat import heartbeat_payload
 from proxy_bridge.local import LocalView
@@ -29,21 +29,12 @@ from proxy_bridge.local_queries import LocalQueries, read_local
 from proxy_bridge.metrics import ProxyBridgeMetrics
 from proxy_bridge.promql import scoped, validate_proxy_id
 from scheduler_bridge.app import (
-    CACHE,
-    METRICS,
-    REGISTRY,
     Settings,
-    _bearer_auth,
-    _freshness_headers,
-    _json_errors,
-    _serve,
-    _timing,
-    healthz,
-    json_error,
-    metrics_page,
-    readyz,
+    bridge_app,
+    freshness_headers,
+    snapshot_or_error,
 )
-from scheduler_bridge.cache import Served, SnapshotCache
+from scheduler_bridge.cache import Served
 from scheduler_bridge.promapi import PrometheusAPI
 from scheduler_bridge.queries import read_snapshot
 from scheduler_bridge.sources import describe_sources
@@ -113,29 +104,15 @@ def create_app(proxy_id: str, settings: Settings, *,
     validate_proxy_id(proxy_id)
     registry = registry if registry is not None else CollectorRegistry()
     metrics = ProxyBridgeMetrics(registry)
-    app = web.Application(middlewares=[
-        _timing(metrics), _json_errors, _bearer_auth(settings.auth_token)])
-    app[METRICS] = metrics
-    app[REGISTRY] = registry
 
-    async def prometheus(app: web.Application) -> AsyncIterator[None]:
-        async with aiohttp.ClientSession(headers={"Accept-Encoding": "identity"}) as session:
-            reader = PoolReader(proxy_id, PrometheusAPI(
-                settings.backends, session, settings.query_timeout_s, observer=metrics),
-                settings.query_shards, metrics)
-            app[READER] = reader
-            app[CACHE] = SnapshotCache(reader, ttl_s=settings.cache_ttl_s,
-                                       stale_after_s=settings.stale_after_s,
-                                       metrics=metrics, clock=clock)
-            yield
+    def this_pool(app: web.Application, api: PrometheusAPI) -> PoolReader:
+        reader = app[READER] = PoolReader(proxy_id, api, settings.query_shards, metrics)
+        return reader
 
-    app.cleanup_ctx.append(prometheus)
+    app = bridge_app(settings, metrics, registry, this_pool, clock=clock)
     app.router.add_get("/debug/pool_resource", pool_resource)
     app.router.add_get("/debug/pool_resource_sources", pool_resource_sources)
     app.router.add_get("/v1/pool_resource/heartbeat_payload", heartbeat)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_page)
     return app
 
 
@@ -146,7 +123,7 @@ async def pool_resource(request: web.Request) -> web.Response:
     if detail is not None and detail != DETAIL_LOCAL:
         return json_error(400, f"unknown detail: expected detail={DETAIL_LOCAL} or none",
                           detail=detail)
-    served = await _serve(request)
+    served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
     if detail == DETAIL_LOCAL:
@@ -155,14 +132,14 @@ async def pool_resource(request: web.Request) -> web.Response:
 
 
 async def heartbeat(request: web.Request) -> web.Response:
-    served = await _serve(request)
+    served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
     return _summary_response(request, served, heartbeat_payload)
 
 
 async def pool_resource_sources(request: web.Request) -> web.Response:
-    served = await _serve(request)
+    served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
     reader = request.app[READER]
@@ -193,7 +170,7 @@ def _summary_response(request: web.Request, served: Served,
         return json_error(404, "no proxy_pool: series carries this proxy_id; "
                           "/debug/pool_resource_sources says why", proxy_id=proxy_id)
     return web.Response(body=encode_json(shape(summary)), content_type="application/json",
-                        headers=_freshness_headers(served))
+                        headers=freshness_headers(served))
 
 
 def _local(request: web.Request, served: Served) -> web.Response:
@@ -204,7 +181,7 @@ def _local(request: web.Request, served: Served) -> web.Response:
     doc = local.view.document()
     doc.update(stale=served.stale, age_s=round(served.age_s, 3))
     return web.Response(body=encode_json(doc), content_type="application/json",
-                        headers=_freshness_headers(served))
+                        headers=freshness_headers(served))
 
 
 def _at(summary: dict[str, Any] | None, path: str) -> Any:

@@ -14,38 +14,41 @@ from prometheus_client import Counter as PromCounter
 
 from scheduler_bridge.promapi import BackendError
 
-_PREFIX = "poolscope_scheduler_bridge_"
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class BridgeMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """`namespace` names the bridge (poolscope_scheduler_bridge, poolscope_proxy_bridge),
+    so a dashboard that scrapes both tells them apart without a relabel rule."""
+
+    def __init__(self, registry: CollectorRegistry, *, namespace: str) -> None:
         self.request_seconds = Histogram(
-            f"{_PREFIX}request_duration_seconds", "Time to answer an HTTP request, by route.",
-            ["route", "status"], buckets=_FAST, registry=registry)
+            "request_duration_seconds", "Time to answer an HTTP request, by route.",
+            ["route", "status"], buckets=_FAST, namespace=namespace, registry=registry)
         self.query_seconds = Histogram(
-            f"{_PREFIX}backend_query_duration_seconds",
+            "backend_query_duration_seconds",
             "Time one backend took to answer (or fail) one instant query.",
-            ["backend"], buckets=_FAST, registry=registry)
+            ["backend"], buckets=_FAST, namespace=namespace, registry=registry)
         self.query_errors = PromCounter(
-            f"{_PREFIX}backend_query_errors_total", "Failed instant queries, by backend and cause.",
-            ["backend", "cause"], registry=registry)
+            "backend_query_errors_total", "Failed instant queries, by backend and cause.",
+            ["backend", "cause"], namespace=namespace, registry=registry)
         self.cache = PromCounter(
-            f"{_PREFIX}cache_requests_total",
+            "cache_requests_total",
             "Snapshot lookups: hit (cached, within TTL), shared (joined a refresh in flight), "
-            "miss (started a refresh).", ["result"], registry=registry)
+            "miss (started a refresh).", ["result"], namespace=namespace, registry=registry)
         self.refreshes = PromCounter(
-            f"{_PREFIX}refreshes_total", "Snapshot refreshes, by outcome.", ["outcome"],
-            registry=registry)
+            "refreshes_total", "Snapshot refreshes, by outcome.", ["outcome"],
+            namespace=namespace, registry=registry)
         self.rejected_series = PromCounter(
-            f"{_PREFIX}rejected_series_total",
+            "rejected_series_total",
             "proxy_pool: series that could not become a value; their field is null.",
-            ["reason"], registry=registry)
+            ["reason"], namespace=namespace, registry=registry)
         self.snapshot_pools = Gauge(
-            f"{_PREFIX}snapshot_pools", "Pools in the last good snapshot.", registry=registry)
-        self.snapshot_series = Gauge(
-            f"{_PREFIX}snapshot_series", "proxy_pool: series in the last good snapshot.",
+            "snapshot_pools", "Pools in the last good snapshot.", namespace=namespace,
             registry=registry)
+        self.snapshot_series = Gauge(
+            "snapshot_series", "proxy_pool: series in the last good snapshot.",
+            namespace=namespace, registry=registry)
 
     def observe_query(self, backend: str, seconds: float, error: BackendError | None) -> None:
         self.query_seconds.labels(backend).observe(seconds)

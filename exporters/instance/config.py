@@ -7,56 +7,29 @@ stderr and exit code 2 — a typo must not become a silently wrong exporter.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
-import ssl
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
+from exporters.common.web import (
+    Listen,
+    ServiceConfig,
+    UsageError,
+    add_common_flags,
+    service_config,
+)
 from exporters.instance.admission import AdmissionThresholds
 from exporters.instance.engine import AUTO
 from exporters.instance.engines import MAPPINGS
-from exporters.instance.server import HttpLimits
 from exporters.instance.service import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:9201"
 
 
-class UsageError(Exception):
-    """A command-line value is invalid; the message is the one line to print."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
-
-
-@dataclass(frozen=True)
-class Listen:
-    host: str
-    port: int
-
-    def url(self, scheme: str = "http") -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}"
-
-
-def parse_listen(value: str) -> Listen:
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise UsageError(f"--listen: expected HOST:PORT, got {value!r}")
-    port = int(port_text)
-    if not 1 <= port <= 65535:
-        raise UsageError(f"--listen: port {port} out of range 1..65535")
-    host = host.removeprefix("[").removesuffix("]")
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError as e:
-            raise UsageError(f"--listen: bad IPv6 address {host!r}") from e
-    return Listen(host, port)
 
 
 def _positive(flag: str, value: float) -> float:
@@ -78,8 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
                             "LLM engine replica, for Prometheus.")
     p.add_argument("--instance-id", required=True, help="this Instance's id (label instance_id)")
     p.add_argument("--proxy-id", required=True, help="the Proxy pool it belongs to (proxy_id)")
-    p.add_argument("--listen", default=DEFAULT_LISTEN,
-                   help=f"HOST:PORT to serve on (default {DEFAULT_LISTEN}, loopback)")
     p.add_argument("--engine-metrics-url", help="the engine's /metrics URL; without it no "
                                                 "engine series are exported")
     p.add_argument("--engine", default=AUTO, choices=[AUTO, *MAPPINGS],
@@ -107,60 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admission-memory-saturated", type=float, default=d.memory_saturated,
                    help=f"host memory available ratio at or below which it is saturated "
                         f"({d.memory_saturated})")
-    p.add_argument("--auth-token-file", type=Path, metavar="FILE",
-                   help="require 'Authorization: Bearer <token>' (the file's content) on "
-                        "every endpoint but /healthz")
-    p.add_argument("--tls-cert", type=Path, metavar="PEM",
-                   help="serve HTTPS with this certificate (chain); needs --tls-key")
-    p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
-    limits = HttpLimits()
-    p.add_argument("--max-connections", type=int, default=limits.max_connections,
-                   help="open connections at most; more get a 503 and are closed "
-                        f"(default {limits.max_connections})")
-    p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
-                   help="seconds a connection may sit without a complete request before it "
-                        f"is closed (default {limits.idle_timeout_s:g})")
-    p.add_argument("--log-level", default="WARNING",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="(default WARNING)")
+    add_common_flags(p, default_listen=DEFAULT_LISTEN, default_log_level="WARNING")
     return p
 
 
 @dataclass(frozen=True)
 class Config:
     settings: Settings
-    listen: Listen
-    log_level: str
-    limits: HttpLimits = field(default_factory=HttpLimits)
-    auth_token: str | None = None
-    tls: ssl.SSLContext | None = None
+    service: ServiceConfig
 
-    def url(self) -> str:
-        return self.listen.url("https" if self.tls else "http")
-
-
-def read_token(path: Path) -> str:
-    """The bearer token in `path`, surrounding whitespace (a final newline) removed."""
-    try:
-        token = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--auth-token-file: cannot read {path}: {e}") from e
-    if not token or any(c.isspace() for c in token):
-        raise UsageError(f"--auth-token-file: {path} must hold one token without spaces")
-    return token
-
-
-def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
-    """A server-side TLS context, loaded now so a bad file fails at startup."""
-    if (cert is None) != (key is None):
-        raise UsageError("--tls-cert and --tls-key go together")
-    if cert is None or key is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise UsageError(f"--tls-cert/--tls-key: cannot load {cert}, {key}: {e}") from e
-    return context
+    @property
+    def listen(self) -> Listen:
+        return self.service.listen
 
 
 def parse(argv: Sequence[str] | None) -> Config:
@@ -184,10 +113,4 @@ def parse(argv: Sequence[str] | None) -> Config:
         engine=a.engine,
         engine_timeout=_positive("--engine-timeout", a.engine_timeout),
         capacity=a.capacity, thresholds=thresholds, draining=a.draining)
-    try:
-        limits = HttpLimits(max_connections=a.max_connections, idle_timeout_s=a.idle_timeout)
-    except ValueError as e:
-        raise UsageError(f"--max-connections/--idle-timeout: {e}") from e
-    return Config(settings, parse_listen(a.listen), a.log_level, limits,
-                  read_token(a.auth_token_file) if a.auth_token_file else None,
-                  tls_context(a.tls_cert, a.tls_key))
+    return Config(settings, service_config(a))

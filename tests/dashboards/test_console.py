@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import pytest
 from dashboards import CONSOLE_PATH
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.console_page import pool_rows
-from tests.dashboards.test_grafana_json import SCREENSHOT, png_size
+from tests.dashboards.test_grafana_json import SCREENSHOT
+from tests.support.chromium import chromium, png_size
 from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
@@ -53,20 +53,6 @@ def test_state_cells_show_the_rules_current_state(prom: Prometheus) -> None:
     assert {pool: cells["quality"] for pool, cells in rows.items()} == quality
     assert all(cells["admission"] in ("accepting", "degraded", "saturated", "draining",
                                       "unknown") for cells in rows.values())
-
-
-def chromium(tmp_path: Path, *args: str) -> str:
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("chromium is not installed (`make test` installs Debian's chromium)")
-    run = subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
-         *args],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout
 
 
 def test_console_renders_in_chromium(prom: Prometheus, tmp_path: Path) -> None:

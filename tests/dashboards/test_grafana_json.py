@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,11 +27,11 @@ from tests.dashboards.panels import (
     rule_names,
     variable_queries,
 )
+from tests.support.chromium import png_size
 
 BY_NAME = {path.stem: path for path in DASHBOARD_FILES}
 CONSOLE = REPO / "dashboards" / "consoles" / "poolscope.html"
 SCREENSHOT = REPO / "docs" / "screenshots" / "console-fleet.png"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
@@ -172,12 +171,6 @@ def test_console_reads_only_stable_rollups() -> None:
     names = set(re.findall(r"proxy_pool:[\w:]+", CONSOLE.read_text()))
     assert {"proxy_pool:load:ratio", "proxy_pool:data_quality"} <= names
     assert names <= STABLE_ROLLUPS & rule_names()
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    data = path.read_bytes()
-    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR", f"{path} is not a PNG"
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
 def test_console_screenshot_is_kept_in_docs() -> None:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
-from exporters.instance.server import HttpLimits, make_app, serving
+from exporters.common.web import HttpLimits, serving
+from exporters.instance.server import make_app
 from exporters.instance.service import InstanceExporter
 from tests.support.prometheus import Prometheus
 

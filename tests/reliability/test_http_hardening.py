@@ -3,7 +3,7 @@ many connections, slowloris-style partial requests, and who may read at all
 (bearer token, TLS with a real certificate made here by openssl).
 
 The Instance exporter is tested in-process through `serving()`, and as a process
-through its flags; the Scheduler bridge as a process through its own flags.
+through its flags; both bridges as processes through the same flags.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from deploy.demo.processes import port_or_free, stop_group
-from exporters.instance.config import UsageError, parse
-from exporters.instance.server import HttpLimits, make_app, serving
+from exporters.common.web import HttpLimits, UsageError, serving
+from exporters.instance.config import parse
+from exporters.instance.server import make_app
 from exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import three_gpus
 from tests.reliability.stack import eventually, fetch, self_signed_certificate
@@ -174,38 +175,40 @@ def _healthz(url: str) -> int:
         return 0
 
 
-def test_exporter_process_survives_a_connection_flood_under_a_small_fd_limit(
-        tmp_path: Path) -> None:
+def assert_survives_a_flood(argv: list[str], log: Path, nofile: int) -> None:
+    """Start `python -m *argv` with a small connection cap and idle timeout under
+    `nofile` descriptors; it must answer /healthz through a flood and keep running."""
     port = port_or_free(0)
-    proc = _limited_process(["exporters.instance", "--instance-id", "i", "--proxy-id", "p",
-                             "--listen", f"127.0.0.1:{port}", "--max-connections", "32",
-                             "--idle-timeout", "2"], tmp_path / "exporter.log", nofile=256)
+    proc = _limited_process([*argv, "--listen", f"127.0.0.1:{port}", "--max-connections",
+                             "32", "--idle-timeout", "2"], log, nofile=nofile)
     try:
         url = f"http://127.0.0.1:{port}"
-        eventually(lambda: _healthz(url), lambda s: s == 200, 30, "exporter up")
+        eventually(lambda: _healthz(url), lambda s: s == 200, 30, f"{argv[0]} up")
         assert survives_a_connection_flood(url, "127.0.0.1", port)
         assert proc.poll() is None
     finally:
         stop_group(proc)
-    assert "Too many open files" not in (tmp_path / "exporter.log").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "scheduler_bridge/__main__.py serve() uses aiohttp's default keep-alive timeout "
-    "(3630 s) and no connection cap: half-sent requests are held for an hour, so a "
-    "flood exhausts the descriptor limit and accept() stops"))
-def test_scheduler_bridge_survives_a_connection_flood_under_a_small_fd_limit(
+def test_exporter_process_survives_a_connection_flood_under_a_small_fd_limit(
         tmp_path: Path) -> None:
-    port = port_or_free(0)
-    proc = _limited_process(["scheduler_bridge", "--prometheus-url", "http://127.0.0.1:9",
-                             "--listen", f"127.0.0.1:{port}"], tmp_path / "bridge.log",
-                            nofile=128)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        eventually(lambda: _healthz(url), lambda s: s == 200, 30, "bridge up")
-        assert survives_a_connection_flood(url, "127.0.0.1", port)
-    finally:
-        stop_group(proc)
+    log = tmp_path / "exporter.log"
+    assert_survives_a_flood(["exporters.instance", "--instance-id", "i", "--proxy-id", "p"],
+                            log, nofile=256)
+    assert "Too many open files" not in log.read_text()
+
+
+@pytest.mark.parametrize("argv", [
+    ["scheduler_bridge"],
+    ["proxy_bridge", "--proxy-id", "hp_127.0.0.1:8001"],
+], ids=["scheduler", "proxy"])
+def test_bridge_survives_a_connection_flood_under_a_small_fd_limit(
+        tmp_path: Path, argv: list[str]) -> None:
+    # 128 descriptors: a burst of accepts may briefly exhaust them (asyncio retries
+    # accept a second later); what matters is that the held connections are capped
+    # and expire, so accept() recovers while the flood is still held.
+    assert_survives_a_flood([*argv, "--prometheus-url", "http://127.0.0.1:9"],
+                            tmp_path / "bridge.log", nofile=128)
 
 
 # --- bearer token and TLS ----------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from scheduler_bridge.__main__ import main, parse_listen
+from exporters.common.web import parse_listen
+from scheduler_bridge.__main__ import main
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 from tests.support.prometheus import REPO, free_port
 
@@ -25,6 +26,16 @@ from tests.support.prometheus import REPO, free_port
 ])
 def test_listen_defaults_to_loopback(text: str, expected: tuple[str, int]) -> None:
     assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize("text", ["nonsense", "127.0.0.1:0", "127.0.0.1:99999",
+                                  "[::zz]:80", "host:\uff18\uff10"])
+def test_bad_listen_is_one_argparse_line(text: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--prometheus-url", "http://127.0.0.1:1", "--listen", text])
+    assert exit_.value.code == 2
+    assert "error: argument --listen:" in capsys.readouterr().err.splitlines()[-1]
 
 
 @pytest.mark.parametrize("extra", [

@@ -232,6 +232,16 @@ async def test_bearer_token(canned: CannedPrometheus, make_bridge: MakeBridge) -
     assert ok.status == 200
 
 
+async def test_request_bodies_are_refused_unread(canned: CannedPrometheus,
+                                                make_bridge: MakeBridge) -> None:
+    canned.vector = pool_series("a")
+    bridge = await make_bridge(canned.url)
+    resp = await bridge.http.get(POOLS, data=b"x" * 1024)
+    assert resp.status == 413
+    assert "no request body" in (await resp.json())["error"]
+    assert canned.queries == []
+
+
 async def test_sources_say_what_is_wired_now(canned: CannedPrometheus,
                                              make_bridge: MakeBridge) -> None:
     canned.vector = [

@@ -8,8 +8,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from scheduler_bridge.app import CACHE, Settings, create_app
-from scheduler_bridge.status_page import add_status_routes
+from scheduler_bridge.app import Settings, create_app
 from tests.scheduler_bridge.canned import CannedPrometheus, Series
 
 
@@ -30,7 +29,7 @@ MakeBridge = Callable[..., Awaitable[StatusBridge]]
 
 @pytest.fixture
 async def make_bridge() -> AsyncIterator[MakeBridge]:
-    """A bridge serving `vector`; wired the way app.py is to add the page."""
+    """A bridge serving `vector`, /status included."""
     started: list[tuple[CannedPrometheus, TestClient[Any, Any]]] = []
 
     async def make(vector: list[Series], **settings: Any) -> StatusBridge:
@@ -38,7 +37,6 @@ async def make_bridge() -> AsyncIterator[MakeBridge]:
         settings.setdefault("cache_ttl_s", 60.0)  # every request shares one snapshot
         app = create_app(Settings(backends=(prom.url,), **settings),
                          registry=CollectorRegistry())
-        add_status_routes(app, lambda: app[CACHE].get())
         http: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1"))
         await http.start_server()
         started.append((prom, http))

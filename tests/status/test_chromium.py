@@ -8,8 +8,6 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.dashboards.test_console import chromium
-from tests.dashboards.test_grafana_json import png_size
 from tests.scheduler_bridge.canned import Series
 from tests.status.conftest import MakeBridge
 from tests.status.fleet import (
@@ -23,6 +21,7 @@ from tests.status.fleet import (
     hostile_pool,
 )
 from tests.status.test_page import Elements
+from tests.support.chromium import chromium, png_size
 from tests.support.prometheus import REPO
 
 SCREENSHOT = REPO / "docs" / "screenshots" / "status.png"

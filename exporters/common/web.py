@@ -1,0 +1,346 @@
+"""How every Poolscope service faces HTTP: the Instance exporter and both bridges.
+
+They share one threat model (issue 9: more than Prometheus may reach them), so they
+share one implementation of it rather than three that drift: what one client can hold
+or send is bounded (`HttpLimits`, enforced by `serving`), request bodies are refused
+(no endpoint takes one), an optional bearer token guards all but /healthz (which
+liveness probes must reach without a secret), TLS wraps the whole listener, and every
+error is JSON with a cause. The common flags are declared here too, so a flag means
+the same on every service and a bad value is refused the same way: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import logging
+import signal
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from prometheus_client import Histogram
+
+UNAUTHENTICATED = frozenset({"/healthz"})
+LOOPBACK = "127.0.0.1"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class UsageError(Exception):
+    """A command-line value is invalid; the message is the one line to print."""
+
+
+class ListenError(Exception):
+    """The listen address could not be bound; the message is the one line to print."""
+
+
+# --- limits and the listener -----------------------------------------------------
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one client may hold or send; the defaults leave room for an HA pair of
+    Prometheus servers and a few people, not for an open internet listener."""
+
+    max_connections: int = 64
+    # Also the deadline for a new connection's first request head: aiohttp arms
+    # its keep-alive timer when the connection is made.
+    idle_timeout_s: float = 30.0
+    max_header_bytes: int = 8190  # one request line or header field
+    max_headers: int = 64
+    # How long an unread (refused) body is drained so the client sees the 413
+    # rather than a reset; aiohttp's 10 s default would let a declared-but-unsent
+    # body hold the connection that long.
+    linger_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1 or self.max_header_bytes < 1 or self.max_headers < 1:
+            raise ValueError("HTTP limits must be positive")
+        if not self.idle_timeout_s > 0 or not self.linger_s >= 0:
+            raise ValueError("idle timeout must be positive, linger time not negative")
+
+
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+         b"Content-Length: 22\r\nConnection: close\r\n\r\ntoo many connections\r\n")
+
+
+class _Busy(asyncio.Protocol):
+    """Answers a connection over the cap with a 503 and closes it, so the client
+    learns why instead of seeing a reset."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_BUSY)
+        transport.close()
+
+
+class _ConnectionCap:
+    """Protocol factory in front of aiohttp's: at most `limit` live connections."""
+
+    def __init__(self, server: web.Server, limit: int) -> None:
+        self._server = server
+        self._limit = limit
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        if len(self._server.connections) >= self._limit:
+            return _Busy()
+        return self._server()
+
+
+@asynccontextmanager
+async def serving(app: web.Application, host: str, port: int, *,
+                  tls: ssl.SSLContext | None = None,
+                  limits: HttpLimits | None = None) -> AsyncIterator[tuple[str, int]]:
+    """Listen on host:port (0: any free port) until the block ends; yields the bound
+    address. Raises OSError when the address cannot be bound.
+
+    Not `web.TCPSite`: its connections are uncapped and kept alive for an hour, so a
+    flood of half-sent requests exhausts the descriptors and accept() stops.
+    """
+    limits = limits or HttpLimits()
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout_s,
+                           max_line_size=limits.max_header_bytes,
+                           max_field_size=limits.max_header_bytes,
+                           max_headers=limits.max_headers, lingering_time=limits.linger_s)
+    await runner.setup()
+    try:
+        assert runner.server is not None  # set by setup()
+        server = await asyncio.get_running_loop().create_server(
+            _ConnectionCap(runner.server, limits.max_connections), host, port, ssl=tls,
+            ssl_handshake_timeout=limits.idle_timeout_s if tls else None)
+        try:
+            bound = server.sockets[0].getsockname()
+            yield str(bound[0]), int(bound[1])
+        finally:
+            server.close()
+    finally:
+        await runner.cleanup()
+
+
+# --- middlewares ------------------------------------------------------------------
+
+def json_error(status: int, message: str, **extra: Any) -> web.Response:
+    """An error a client can log as is: the cause, and whatever identifies the case."""
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own 404/405 become JSON like every other error of these APIs."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return json_error(e.status, e.reason)
+
+
+@web.middleware
+async def no_body(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every endpoint is a GET without a body; one that comes anyway is not read."""
+    if request.body_exists:
+        return json_error(413, "this API takes no request body")
+    return await handler(request)
+
+
+def bearer_auth(token: str) -> Middleware:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in UNAUTHENTICATED:
+            return await handler(request)
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):  # constant time: no token oracle
+            response = json_error(401, "missing or wrong bearer token")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="poolscope"'
+            return response
+        return await handler(request)
+    return check
+
+
+def guarded(auth_token: str | None) -> list[Middleware]:
+    """The middlewares every service runs, outermost first: JSON errors, no bodies,
+    and the bearer token when one is configured."""
+    return [json_errors, no_body, *([bearer_auth(auth_token)] if auth_token else [])]
+
+
+def timing(histogram: Histogram) -> Middleware:
+    """Observe every answer in `histogram`, labelled (route, status)."""
+    @web.middleware
+    async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            # The route template, never the raw path: a client cannot mint label values.
+            route = request.match_info.route.resource
+            name = route.canonical if route is not None else "unmatched"
+            histogram.labels(name, str(status)).observe(time.perf_counter() - started)
+    return timed
+
+
+# --- the common flags -------------------------------------------------------------
+
+class Listen(NamedTuple):
+    host: str
+    port: int
+
+    def url(self, scheme: str = "http") -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
+
+
+def parse_listen(text: str) -> Listen:
+    """HOST:PORT or [IPv6]:PORT; a bare PORT (or :PORT) stays on loopback."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        port_text = text
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT or [IPv6]:PORT, got {text!r}")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} out of range 1..65535")
+    host = host.removeprefix("[").removesuffix("]") or LOOPBACK
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad IPv6 address {host!r}") from None
+    return Listen(host, port)
+
+
+def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
+                     default_log_level: str) -> None:
+    """The flags every service takes; `service_config` turns them into a ServiceConfig."""
+    p.add_argument("--listen", type=parse_listen, default=default_listen, metavar="HOST:PORT",
+                   help=f"address to serve on (default {default_listen}); a bare PORT "
+                        "stays on loopback")
+    p.add_argument("--auth-token-file", type=Path, metavar="FILE",
+                   help="require 'Authorization: Bearer <token>' (the file's content) on "
+                        "every endpoint but /healthz")
+    p.add_argument("--tls-cert", type=Path, metavar="PEM",
+                   help="serve HTTPS with this certificate (chain); needs --tls-key")
+    p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
+    limits = HttpLimits()
+    p.add_argument("--max-connections", type=int, default=limits.max_connections,
+                   help="open connections at most; more get a 503 and are closed "
+                        f"(default {limits.max_connections})")
+    p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
+                   help="seconds a connection may sit without a complete request before it "
+                        f"is closed (default {limits.idle_timeout_s:g})")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                   default=default_log_level, help=f"(default {default_log_level})")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """What the common flags say, checked: files read, TLS loaded, limits valid."""
+
+    listen: Listen
+    log_level: str
+    limits: HttpLimits
+    auth_token: str | None
+    tls: ssl.SSLContext | None
+
+    def url(self) -> str:
+        return self.listen.url("https" if self.tls else "http")
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in `path`, surrounding whitespace (a final newline) removed."""
+    try:
+        token = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--auth-token-file: cannot read {path}: {e}") from e
+    if not token or any(c.isspace() for c in token):
+        raise UsageError(f"--auth-token-file: {path} must hold one token without spaces")
+    return token
+
+
+def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """A server-side TLS context, loaded now so a bad file fails at startup."""
+    if (cert is None) != (key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if cert is None or key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"--tls-cert/--tls-key: cannot load {cert}, {key}: {e}") from e
+    return context
+
+
+def service_config(args: argparse.Namespace) -> ServiceConfig:
+    """Check the common flags of a parser built with `add_common_flags`; raises
+    UsageError with a one-line message."""
+    try:
+        limits = HttpLimits(max_connections=args.max_connections,
+                            idle_timeout_s=args.idle_timeout)
+    except ValueError as e:
+        raise UsageError(f"--max-connections/--idle-timeout: {e}") from e
+    return ServiceConfig(
+        args.listen, args.log_level, limits,
+        read_token(args.auth_token_file) if args.auth_token_file else None,
+        tls_context(args.tls_cert, args.tls_key))
+
+
+# --- running a service ------------------------------------------------------------
+
+async def serve_until_stopped(app: web.Application, config: ServiceConfig, *, prog: str,
+                              started: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Serve `app` until SIGTERM or SIGINT. `started` runs once the address is bound,
+    so a service does no work when it could not listen; raises ListenError then."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(serving(
+                app, config.listen.host, config.listen.port, tls=config.tls,
+                limits=config.limits))
+        except OSError as e:
+            raise ListenError(f"cannot listen on {config.url()}: {e.strerror or e}") from e
+        if started is not None:
+            await started()
+        print(f"{prog}: serving {config.url()}", file=sys.stderr, flush=True)
+        await stop.wait()
+
+
+def refuse(prog: str, error: UsageError) -> int:
+    """Print the one line a bad flag deserves; the exit code for it."""
+    print(f"{prog}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def run(prog: str, service: Coroutine[Any, Any, None], log_level: str) -> int:
+    """Run a service's main coroutine: 0 after SIGTERM/SIGINT, 1 when its address
+    cannot be bound."""
+    logging.basicConfig(level=log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # a SIGINT before the handler is set
+            asyncio.run(service)
+    except ListenError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
