@@ -14,6 +14,9 @@ BENCHMARKS = (
     ("bench.instance_exporter",),
     ("bench.rules_eval", "--instances", "1000,4000,16000"),
     ("bench.scheduler_bridge", "--pools", "10,100,1000"),
+    ("bench.bridge_load", "--clients", "200", "--duration", "30"),
+    ("bench.exporter_scrape_load",),
+    ("bench.propagation", "--samples", "20"),
 )
 
 

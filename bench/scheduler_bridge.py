@@ -115,7 +115,7 @@ async def measure(pools: int, requests: int, workdir: Path, shards: int,
         # job/instance. Dropping them here stores exactly what the rules would.
         job["metric_relabel_configs"] = [{"action": "labeldrop", "regex": "instance|job"}]
         with running_prometheus(workdir / f"prom-{pools}", [job], rule_files=[]) as prom:
-            await asyncio.to_thread(_wait_for_series, prom, len(vector))
+            await asyncio.to_thread(wait_for_series, prom, len(vector))
             # The same client for every side: kept-alive connections, identity
             # encoding (as the bridge asks Prometheus), the whole body read each time.
             async with aiohttp.ClientSession(
@@ -128,7 +128,7 @@ async def measure(pools: int, requests: int, workdir: Path, shards: int,
     return Row(pools, len(vector), raw, served, cached, raw_bytes, bridge_bytes)
 
 
-def _wait_for_series(prom: object, expected: int) -> None:
+def wait_for_series(prom: object, expected: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if len(prom.query(SNAPSHOT_QUERY)) >= expected:  # type: ignore[attr-defined]

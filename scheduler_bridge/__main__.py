@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 
 from exporters.common.web import (
+    HttpLimits,
     UsageError,
     add_common_flags,
     refuse,
@@ -58,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Serve every Proxy pool's summary from the proxy_pool: rollups.")
     add_bridge_flags(p)
-    add_common_flags(p, default_listen="127.0.0.1:7002", default_log_level="INFO")
+    # Every Scheduler replica and operator polls this one: room for hundreds of clients.
+    add_common_flags(p, default_listen="127.0.0.1:7002", default_log_level="INFO",
+                     limits=HttpLimits(max_connections=512))
     return p
 
 

@@ -228,8 +228,12 @@ def parse_listen(text: str) -> Listen:
 
 
 def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
-                     default_log_level: str) -> None:
-    """The flags every service takes; `service_config` turns them into a ServiceConfig."""
+                     default_log_level: str, limits: HttpLimits | None = None) -> None:
+    """The flags every service takes; `service_config` turns them into a ServiceConfig.
+
+    `limits` sets the defaults: a service many clients poll at once (the Scheduler
+    bridge) needs a higher connection cap than one a few Prometheus servers scrape.
+    """
     p.add_argument("--listen", type=parse_listen, default=default_listen, metavar="HOST:PORT",
                    help=f"address to serve on (default {default_listen}); a bare PORT "
                         "stays on loopback")
@@ -239,7 +243,7 @@ def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
     p.add_argument("--tls-cert", type=Path, metavar="PEM",
                    help="serve HTTPS with this certificate (chain); needs --tls-key")
     p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
-    limits = HttpLimits()
+    limits = limits or HttpLimits()
     p.add_argument("--max-connections", type=int, default=limits.max_connections,
                    help="open connections at most; more get a 503 and are closed "
                         f"(default {limits.max_connections})")

@@ -1,0 +1,191 @@
+"""The scale-out configs in deploy/ run on loopback, over a demo cluster's exporters.
+
+Each launcher reads the production file from deploy/ (deploy/federation/*.yml,
+deploy/victoriametrics/*) and changes only what a loopback test must: ports, the
+paths of target and data files, and the interval. Jobs, relabelling, match[] and the
+flags' other values are the deployed ones, so the tests exercise what an operator
+runs. Every process is started in a `ProcessGroup` and stopped by its group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deploy.demo.cluster import Pool, prometheus_binary
+from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
+from tests.support.prometheus import REPO, RULE_FILES, binary
+
+FEDERATION = REPO / "deploy" / "federation"
+VICTORIA = REPO / "deploy" / "victoriametrics"
+# Lookback (the global Prometheus' --query.lookback-delta, VictoriaMetrics'
+# -search.maxStalenessInterval) in intervals: global-prometheus.yml explains why 3.
+LOOKBACK_INTERVALS = 3
+
+
+def seconds(interval: float) -> str:
+    return f"{interval:g}s"
+
+
+def instance_id(pool: Pool, index: int) -> str:
+    """The demo's naming (deploy/demo/cluster.py): the k-th exporter of pool p is p-inst-k."""
+    return f"{pool.proxy_id}-inst-{index + 1}"
+
+
+def write_targets(targets: Path, pools: Sequence[Pool]) -> None:
+    """file_sd files in deploy's layout (targets/instances, targets/proxies), these pools."""
+    instances = [{"targets": [url.removeprefix("http://")],
+                  "labels": {"proxy_id": pool.proxy_id, "instance_id": instance_id(pool, k)}}
+                 for pool in pools for k, url in enumerate(pool.exporter_urls)]
+    proxies = [{"targets": [pool.proxy_url.removeprefix("http://")],
+                "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
+    for kind, entries in (("instances", instances), ("proxies", proxies)):
+        (targets / kind).mkdir(parents=True, exist_ok=True)
+        (targets / kind / "loopback.json").write_text(json.dumps(entries, indent=1))
+
+
+def render(source: Path, dest: Path, targets: Path, interval: float,
+           external_labels: Mapping[str, str] | None = None) -> Path:
+    """`source` with its intervals, target globs and rule files made loopback-local."""
+    config: dict[str, Any] = yaml.safe_load(source.read_text())
+    step = seconds(interval)
+    glob = config.setdefault("global", {})
+    glob.update(scrape_interval=step, scrape_timeout=step)
+    if "evaluation_interval" in glob:
+        glob["evaluation_interval"] = step
+    if external_labels is not None:
+        glob["external_labels"] = dict(external_labels)
+    if "rule_files" in config:
+        config["rule_files"] = [str(r) for r in RULE_FILES]
+    for job in config["scrape_configs"]:
+        for sd in job.get("file_sd_configs", []):
+            sd["files"] = [str(targets / Path(f).relative_to("targets")) for f in sd["files"]]
+    dest.write_text(yaml.safe_dump(config, sort_keys=False))
+    return dest
+
+
+def start_prometheus(group: ProcessGroup, name: str, config: Path, data: Path,
+                     *flags: str) -> tuple[str, Child]:
+    port = port_or_free(0)
+    url = f"http://127.0.0.1:{port}"
+    child = group.start(name, [
+        prometheus_binary(None), f"--config.file={config}", f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h", *flags])
+    wait_ready(f"{url}/-/ready", child)
+    return url, child
+
+
+@dataclass(frozen=True)
+class Federation:
+    global_url: str
+    regions: dict[str, Child]  # region name -> its Prometheus, to stop one in a test
+    region_urls: dict[str, str]
+
+
+@contextmanager
+def federation(workdir: Path, regions: Mapping[str, Sequence[Pool]],
+               interval: float) -> Iterator[Federation]:
+    """A region Prometheus per entry of `regions` and the global one over them."""
+    group = ProcessGroup(_mkdir(workdir / "logs"))
+    try:
+        urls: dict[str, str] = {}
+        children: dict[str, Child] = {}
+        for region, pools in regions.items():
+            home = _mkdir(workdir / region)
+            write_targets(home / "targets", pools)
+            config = render(FEDERATION / "region-prometheus.yml", home / "prometheus.yml",
+                            home / "targets", interval, {"region": region})
+            urls[region], children[region] = start_prometheus(
+                group, f"prometheus-{region}", config, home / "data")
+        home = _mkdir(workdir / "global")
+        _mkdir(home / "targets" / "regions")
+        (home / "targets" / "regions" / "loopback.json").write_text(json.dumps(
+            [{"targets": [url.removeprefix("http://")], "labels": {"region": region}}
+             for region, url in urls.items()]))
+        config = render(FEDERATION / "global-prometheus.yml", home / "prometheus.yml",
+                        home / "targets", interval)
+        global_url, _ = start_prometheus(
+            group, "prometheus-global", config, home / "data",
+            f"--query.lookback-delta={seconds(LOOKBACK_INTERVALS * interval)}")
+        yield Federation(global_url, children, urls)
+    finally:
+        group.stop()
+
+
+def vm_flags(binary_name: str, overrides: Mapping[str, str]) -> list[str]:
+    """deploy/victoriametrics/flags.yml's flags for one binary, `overrides` replacing
+    the values of the flags they name (ports, paths, intervals), in the file's order."""
+    flags: list[str] = yaml.safe_load((VICTORIA / "flags.yml").read_text())[binary_name]
+    out = []
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        out.append(f"{name}={overrides.get(name, value)}")
+    return out
+
+
+@dataclass(frozen=True)
+class Victoria:
+    url: str  # VictoriaMetrics' Prometheus-compatible API (and /api/v1/write)
+    vmalert_url: str
+
+
+@contextmanager
+def victoria_metrics(workdir: Path, pools: Sequence[Pool], interval: float) -> Iterator[Victoria]:
+    """vmagent scrapes the pools and writes to a single-node VictoriaMetrics;
+    vmalert evaluates rules/*.yml against it and writes the rollups back."""
+    group = ProcessGroup(_mkdir(workdir / "logs"))
+    step, lookback = seconds(interval), seconds(LOOKBACK_INTERVALS * interval)
+    try:
+        vm_port, agent_port, alert_port = port_or_free(0), port_or_free(0), port_or_free(0)
+        vm_url = f"http://127.0.0.1:{vm_port}"
+        vm = group.start("victoria-metrics", [binary("victoria-metrics"), *vm_flags(
+            "victoria-metrics", {"-httpListenAddr": f"127.0.0.1:{vm_port}",
+                                 "-storageDataPath": str(workdir / "vm-data"),
+                                 "-search.maxStalenessInterval": lookback})])
+        wait_ready(f"{vm_url}/health", vm)
+        write_targets(workdir / "targets", pools)
+        scrape = render(VICTORIA / "scrape.yml", workdir / "scrape.yml", workdir / "targets",
+                        interval)
+        agent = group.start("vmagent", [binary("vmagent"), *vm_flags("vmagent", {
+            "-httpListenAddr": f"127.0.0.1:{agent_port}", "-promscrape.config": str(scrape),
+            "-remoteWrite.url": f"{vm_url}/api/v1/write",
+            "-remoteWrite.tmpDataPath": str(workdir / "vmagent-data")})])
+        wait_ready(f"http://127.0.0.1:{agent_port}/health", agent)
+        alert_url = f"http://127.0.0.1:{alert_port}"
+        alert = group.start("vmalert", [binary("vmalert"), *vm_flags("vmalert", {
+            "-httpListenAddr": f"127.0.0.1:{alert_port}",
+            "-rule": str(REPO / "rules" / "*.yml"),
+            "-datasource.url": vm_url, "-remoteWrite.url": vm_url,
+            "-evaluationInterval": step})])
+        wait_ready(f"{alert_url}/health", alert)
+        yield Victoria(vm_url, alert_url)
+    finally:
+        group.stop()
+
+
+@contextmanager
+def scheduler_bridge(workdir: Path, backend: str, name: str,
+                     *flags: str) -> Iterator[str]:
+    """A Scheduler bridge over one backend's Prometheus API; its base URL."""
+    group = ProcessGroup(_mkdir(workdir / "logs"))
+    port = port_or_free(0)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        child = group.start_python(f"scheduler-bridge-{name}", "scheduler_bridge",
+                                   "--prometheus-url", backend,
+                                   "--listen", f"127.0.0.1:{port}", *flags)
+        wait_ready(f"{url}/healthz", child)
+        yield url
+    finally:
+        group.stop()
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,73 @@
+"""The scale-out configs in deploy/ say what docs/scaling.md promises: the same exporter
+jobs as the single Prometheus, rules only where the raw series are, and a global
+Prometheus that federates nothing but the pool rollups."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.scale.stacks import FEDERATION, VICTORIA, vm_flags
+from tests.support.prometheus import REPO, binary
+
+SINGLE = REPO / "deploy" / "prometheus" / "prometheus.yml"
+EXPORTER_JOBS = ("poolscope-instance", "poolscope-proxy")
+
+
+def load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def jobs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {j["job_name"]: j for j in config["scrape_configs"]}
+
+
+@pytest.mark.parametrize("path", [FEDERATION / "region-prometheus.yml", VICTORIA / "scrape.yml"],
+                         ids=["region", "vmagent"])
+def test_exporter_jobs_are_the_single_prometheus_ones(path: Path) -> None:
+    # A drift here would make a region (or VictoriaMetrics) roll up different series.
+    single, scaled = jobs(load(SINGLE)), jobs(load(path))
+    assert set(scaled) == set(EXPORTER_JOBS)
+    for name in EXPORTER_JOBS:
+        assert scaled[name] == single[name], name
+
+
+def test_region_runs_the_rules_and_names_its_region() -> None:
+    config = load(FEDERATION / "region-prometheus.yml")
+    assert config["rule_files"] == load(SINGLE)["rule_files"]
+    assert config["global"]["external_labels"]["region"]
+    assert config["global"]["evaluation_interval"] == load(SINGLE)["global"]["evaluation_interval"]
+
+
+def test_global_federates_only_pool_rollups_and_runs_no_rules() -> None:
+    config = load(FEDERATION / "global-prometheus.yml")
+    assert "rule_files" not in config
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/federate"
+    assert job["params"] == {"match[]": ['{__name__=~"proxy_pool:.+"}']}
+    assert job["honor_labels"] is True
+
+
+@pytest.mark.parametrize("name", ["region-prometheus.yml", "global-prometheus.yml"])
+def test_promtool_accepts_the_federation_configs(name: str) -> None:
+    result = subprocess.run([binary("promtool"), "check", "config", str(FEDERATION / name)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_vmalert_runs_the_project_rules_at_the_scrape_interval() -> None:
+    flags = dict(f.partition("=")[::2] for f in vm_flags("vmalert", {}))
+    assert flags["-rule"] == "rules/*.yml"
+    scrape = load(VICTORIA / "scrape.yml")["global"]["scrape_interval"]
+    assert flags["-evaluationInterval"] == scrape
+
+
+def test_overrides_replace_only_the_flags_they_name() -> None:
+    flags = vm_flags("victoria-metrics", {"-httpListenAddr": "127.0.0.1:1"})
+    assert flags[0] == "-httpListenAddr=127.0.0.1:1"
+    assert flags[1:] == vm_flags("victoria-metrics", {})[1:]
+    assert "-search.latencyOffset=1s" in flags
