@@ -58,7 +58,10 @@ RAW = {
     "proxy_pool:instances:count": "count by (proxy_id) (poolscope_proxy_instance_registered)",
     "proxy_pool:inflight_requests:sum":
         "sum by (proxy_id) (poolscope_proxy_instance_inflight_requests)",
-    "proxy_pool:cpu_utilization:max": "max by (proxy_id) (poolscope_host_cpu_utilization_ratio)",
+    # Hosts with fresh data only (a host past the freshness threshold leaves the max).
+    "proxy_pool:cpu_utilization:max": "max by (proxy_id) (poolscope_host_cpu_utilization_ratio"
+                                      " and on (proxy_id, instance_id)"
+                                      " (instance:resource_fresh:bool == 1))",
     "proxy_pool:requests:rate1m": "sum by (proxy_id) (rate(poolscope_proxy_requests_total[1m]))",
 }
 
