@@ -111,7 +111,7 @@ class PoolSummary:
 class BridgeSnapshot:
     generated_at: float
     stale: bool
-    age_s: float
+    age_s: float | None  # None when the bridge does not say
     pools: dict[str, PoolSummary]
 
 
@@ -161,7 +161,7 @@ def parse_snapshot(doc: dict[str, Any]) -> BridgeSnapshot:
     return BridgeSnapshot(
         generated_at=float(doc["generated_at"]),
         stale=bool(doc.get("stale", False)),
-        age_s=float(doc.get("age_s", 0.0)),
+        age_s=None if doc.get("age_s") is None else float(doc["age_s"]),
         pools={pid: parse_pool(pool) for pid, pool in doc["pools"].items()},
     )
 

@@ -73,9 +73,12 @@ class PoolView:
 class FleetView:
     generated_at: float
     stale: bool  # the bridge cannot reach Prometheus and replays its last snapshot
-    age_s: float
+    age_s: float | None  # None from a bridge that does not say: unknown, not fresh
     pools: tuple[PoolView, ...]
     gpu_models: tuple[GpuModelView, ...]  # fleet totals per model, over pools that list it
+
+    def age(self, digits: int = 1) -> str:
+        return "?" if self.age_s is None else f"{self.age_s:.{digits}f}s"
 
     def as_dict(self) -> dict[str, Any]:
         """The view as JSON-ready data (`--json`): the same numbers the screen shows."""

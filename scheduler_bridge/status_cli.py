@@ -22,6 +22,7 @@ from typing import TextIO
 
 import aiohttp
 
+from exporters.common.argtypes import positive_float, positive_int
 from scheduler_bridge.client import BridgeError, SchedulerBridgeClient
 from scheduler_bridge.status import FleetView, build_view
 from scheduler_bridge.status_text import Style, render_text
@@ -40,30 +41,10 @@ class ReadFailed(Exception):
 
 
 def _interval(text: str) -> float:
-    value = _seconds(text)
+    value = positive_float(text)
     if not WATCH_MIN_S <= value <= WATCH_MAX_S:
         raise argparse.ArgumentTypeError(
             f"{text}: between {WATCH_MIN_S:g} and {WATCH_MAX_S:g} seconds")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text}: must be > 0")
-    return value
-
-
-def _refreshes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
     return value
 
 
@@ -75,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"Scheduler bridge base URL (default {DEFAULT_URL})")
     p.add_argument("--auth-token-file", type=Path, metavar="F",
                    help="send 'Authorization: Bearer <token>' with the token in F")
-    p.add_argument("--timeout", type=_seconds, default=5.0, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=5.0, metavar="S",
                    help="seconds to wait for the bridge (default 5)")
     p.add_argument("--json", action="store_true",
                    help="print the view as JSON (one document per refresh under --watch)")
@@ -83,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="SECONDS",
                    help=f"refresh every SECONDS (default {WATCH_DEFAULT_S:g}, "
                         f"{WATCH_MIN_S:g}..{WATCH_MAX_S:g}) until Ctrl-C")
-    p.add_argument("--count", type=_refreshes, metavar="N",
+    p.add_argument("--count", type=positive_int, metavar="N",
                    help="with --watch: stop after N refreshes")
     return p
 

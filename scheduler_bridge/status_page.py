@@ -92,10 +92,10 @@ def _page(status: int, refresh_s: int, title: str, body: str) -> web.Response:
 
 def render_body(view: FleetView) -> str:
     parts = [f"<h1>poolscope status: {len(view.pools)} pools at "
-             f"{timestamp(view.generated_at)}, age {view.age_s:.1f}s</h1>"]
+             f"{timestamp(view.generated_at)}, age {view.age()}</h1>"]
     if view.stale:
         parts.append(f"<p class=stale>STALE: the bridge cannot reach Prometheus; these "
-                     f"numbers are {view.age_s:.0f}s old</p>")
+                     f"numbers are {view.age(0)} old</p>")
     parts.append(_table(
         ("Pool", "Load", "Saturation", "Alive", "Stale", "Missing", "Idle", "Idle unknown",
          "Data quality", "Admission"), (_pool_row(p) for p in view.pools), "pools"))

@@ -57,11 +57,11 @@ class Style:
 
 def render_text(view: FleetView, style: Style) -> str:
     head = (f"poolscope status: {len(view.pools)} pools at {timestamp(view.generated_at)},"
-            f" age {view.age_s:.1f}s")
+            f" age {view.age()}")
     lines = [_paint(head, "head", style)]
     if view.stale:
         lines.append(_paint("STALE: the bridge cannot reach Prometheus; these numbers are "
-                            f"{view.age_s:.0f}s old", "high", style))
+                            f"{view.age(0)} old", "high", style))
     if not view.pools:
         lines.append("no pools: no proxy_pool: series in Prometheus")
         return "\n".join(lines)

@@ -34,7 +34,6 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from deploy.demo.sim_cli import OneLineErrorParser, host_port, positive_float, positive_int
 from deploy.demo.sim_metrics import metrics_registry, render
 from deploy.demo.sim_registration import Registrar, RegistrationConfig
 from deploy.demo.sim_scheduler import (
@@ -45,6 +44,7 @@ from deploy.demo.sim_scheduler import (
     SimRequest,
     Ticket,
 )
+from exporters.common.argtypes import OneLineErrorParser, host_port, positive_float, positive_int
 
 log = logging.getLogger("engine_sim")
 

@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from deploy.demo.proxy_chat import ChatPath, PathConfig
 from deploy.demo.proxy_control import ControlPlane
 from deploy.demo.proxy_select import Strategy
+from exporters.common.argtypes import host_port, non_negative_float, positive_float, positive_int
 from exporters.proxy import ProxyExporter
 from exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
@@ -75,48 +76,20 @@ def create_app(proxy_id: str, path: PathConfig | None = None,
     return app
 
 
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host, int(port)
-
-
-def _positive_int(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
-def _positive_float(value: str) -> float:
-    x = float(value)
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {x}")
-    return x
-
-
-def _non_negative_float(value: str) -> float:
-    x = float(value)
-    if not x >= 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, got {x}")
-    return x
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     d = PathConfig()
     p = argparse.ArgumentParser(prog="poolscope-demo-proxy", description=__doc__.split("\n")[0])
     p.add_argument("--proxy-id", required=True)
-    p.add_argument("--listen", type=_listen, required=True, metavar="HOST:PORT")
+    p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT")
     p.add_argument("--strategy", type=Strategy, choices=list(Strategy), default=d.strategy)
-    p.add_argument("--prepare-workers", type=_positive_int, default=d.prepare_workers)
-    p.add_argument("--prepare-capacity", type=_positive_int, default=d.prepare_capacity)
-    p.add_argument("--ready-capacity", type=_positive_int, default=d.ready_capacity)
-    p.add_argument("--queue-timeout", type=_positive_float, default=d.queue_timeout,
+    p.add_argument("--prepare-workers", type=positive_int, default=d.prepare_workers)
+    p.add_argument("--prepare-capacity", type=positive_int, default=d.prepare_capacity)
+    p.add_argument("--ready-capacity", type=positive_int, default=d.ready_capacity)
+    p.add_argument("--queue-timeout", type=positive_float, default=d.queue_timeout,
                    metavar="S", help="longest wait from acceptance to dispatch (504 after)")
-    p.add_argument("--prepare-ms-mean", type=_non_negative_float, default=d.prepare_ms_mean,
+    p.add_argument("--prepare-ms-mean", type=non_negative_float, default=d.prepare_ms_mean,
                    metavar="MS", help="mean simulated preparation time (lognormal)")
-    p.add_argument("--heartbeat-timeout", type=_positive_float,
+    p.add_argument("--heartbeat-timeout", type=positive_float,
                    default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="S",
                    help="an Instance silent this long is not alive")
     return p.parse_args(argv)

@@ -14,10 +14,9 @@ import json
 import ssl
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,21 +34,6 @@ T = TypeVar("T")
 HEARTBEAT_TIMEOUT_S = "4"
 
 
-def eventually(probe: Callable[[], T], ok: Callable[[T], bool], timeout: float,
-               what: str) -> T:
-    """Poll `probe` until `ok` holds; fail with the last value seen after `timeout`.
-
-    The timeout is the bound the contract promises (a staleness threshold plus an
-    evaluation, a refresh), not a speed measurement.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true within {timeout:g}s; last: {value!r}")
-        time.sleep(0.2)
 
 
 def vector(prom: Prometheus, promql: str, by: str = "instance_id") -> dict[str, float]:

@@ -23,12 +23,12 @@ from deploy.demo.processes import Child, stop_group, wait_ready
 from tests.reliability.stack import (
     Launcher,
     Pool,
-    eventually,
     fetch,
     fetch_json,
     restart_process,
     scalar,
 )
+from tests.support.polling import eventually
 from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration

@@ -31,11 +31,11 @@ from tests.reliability.stack import (
     Launcher,
     Pool,
     ThreadedLoop,
-    eventually,
     fetch_json,
     scalar,
     vector,
 )
+from tests.support.polling import eventually
 from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration

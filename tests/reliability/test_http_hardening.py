@@ -28,7 +28,8 @@ from exporters.instance.config import parse
 from exporters.instance.server import make_app
 from exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import three_gpus
-from tests.reliability.stack import eventually, fetch, self_signed_certificate
+from tests.reliability.stack import fetch, self_signed_certificate
+from tests.support.polling import eventually
 from tests.support.prometheus import running_prometheus
 
 TOKEN = "s3cret-t0ken"

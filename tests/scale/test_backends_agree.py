@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -25,6 +25,7 @@ from tests.scale.stacks import (
     victoria_metrics,
 )
 from tests.support.cluster import demo_cluster
+from tests.support.polling import eventually
 from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
@@ -35,19 +36,8 @@ POOLS = {"pool-1", "pool-2"}
 # The load generator started with the cluster; qps_1m compares only once rate()'s
 # 1 m window holds nothing but steady load on every backend.
 RATE_WINDOW_S = 60.0
-T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T], ok: Callable[[T], bool], timeout: float, what: str) -> T:
-    """Poll until `ok`; the timeout is a bound the stack promises, not a speed check."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true within {timeout:g}s; last: {value!r}")
-        time.sleep(0.5)
 
 
 def pools(bridge: str) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,8 @@
-"""Command-line conventions shared by the demo's simulator and load generator."""
+"""argparse types and conventions every Poolscope command shares.
+
+One place, so a bad flag reads the same way (one line, exit 2) whichever tool it
+was given to.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +38,16 @@ def positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
     if not number > 0 or number == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value!r}")
     return number
 
 
