@@ -229,6 +229,8 @@ def print_urls(cluster: Cluster) -> None:
         f"  Fleet console     {prom_url}{CONSOLE_PATH}",
         f"  Scheduler bridge  {sched_url}/debug/proxy_pool_resources",
         f"                    {sched_url}/debug/pool_resource_sources",
+        f"  Fleet status      {sched_url}/status  (or: .venv/bin/poolscope-status "
+        f"--bridge-url {sched_url})",
     ]
     for pool in cluster.pools:
         lines.append(f"  {pool.proxy_id:<17} proxy bridge {pool.bridge_url}/debug/pool_resource"
