@@ -31,24 +31,25 @@ def host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def positive_float(value: str) -> float:
+def _finite_float(value: str, lowest: float, inclusive: bool) -> float:
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
+    in_range = number >= lowest if inclusive else number > lowest  # False for NaN
+    if not in_range or number == float("inf"):
+        bound = ">=" if inclusive else ">"
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number {bound} {lowest:g}, got {value!r}")
     return number
+
+
+def positive_float(value: str) -> float:
+    return _finite_float(value, 0.0, inclusive=False)
 
 
 def non_negative_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value!r}")
-    return number
+    return _finite_float(value, 0.0, inclusive=True)
 
 
 def positive_int(value: str) -> int:
