@@ -39,14 +39,11 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.rollup_target import rollup_target
-from bench.scheduler_bridge import ROUTE, fleet, wait_for_series
+from bench.scheduler_bridge import ROUTE, bridge_process, fleet, wait_for_series
 from tests.support.prometheus import (
-    REPO,
     Prometheus,
-    free_port,
     running_prometheus,
     scrape_config,
-    wait_http,
 )
 
 REQUEST_TIMEOUT_S = 10.0
@@ -163,24 +160,6 @@ async def prometheus_with_rollups(pools: int, workdir: Path) -> AsyncIterator[Pr
             yield prom
 
 
-@asynccontextmanager
-async def bridge_process(prom_url: str, cache_ttl_s: float,
-                         max_connections: int) -> AsyncIterator[str]:
-    """The bridge as its own process, as deployed; yields its base URL."""
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler_bridge", "--prometheus-url", prom_url,
-        "--listen", f"127.0.0.1:{port}", "--cache-ttl", f"{cache_ttl_s:g}",
-        "--max-connections", str(max_connections), "--log-level", "WARNING", cwd=REPO,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    try:
-        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        await proc.wait()
-
-
 async def _text(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(url) as resp:
         resp.raise_for_status()
@@ -190,7 +169,8 @@ async def _text(session: aiohttp.ClientSession, url: str) -> str:
 async def run(clients: int, duration_s: float, pools: int, cache_ttl_s: float,
               max_requests: int, workdir: Path) -> Result:
     async with prometheus_with_rollups(pools, workdir) as prom, \
-            bridge_process(prom.url, cache_ttl_s, clients + SPARE_CONNECTIONS) as bridge, \
+            bridge_process(prom.url, "--cache-ttl", f"{cache_ttl_s:g}", "--max-connections",
+                           str(clients + SPARE_CONNECTIONS)) as bridge, \
             aiohttp.ClientSession() as session:
         prom_before = counter_sum(await _text(session, f"{prom.url}/metrics"),
                                   PROMETHEUS_REQUESTS, handler=QUERY_HANDLER)

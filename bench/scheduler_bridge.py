@@ -91,13 +91,13 @@ async def _timed_get(session: aiohttp.ClientSession, url: str,
 
 
 @asynccontextmanager
-async def _bridge(prom_url: str, cache_ttl: str, shards: int) -> AsyncIterator[str]:
-    """The bridge as its own process, as deployed; yields its base URL."""
+async def bridge_process(prom_url: str, *flags: str) -> AsyncIterator[str]:
+    """The bridge as its own process, as deployed, with `flags`; yields its base URL."""
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "scheduler_bridge", "--prometheus-url", prom_url,
-        "--listen", f"127.0.0.1:{port}", "--cache-ttl", cache_ttl, "--log-level", "WARNING",
-        "--query-shards", str(shards), cwd=REPO)
+        "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING", *flags, cwd=REPO,
+        stdout=asyncio.subprocess.DEVNULL)
     try:
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz")
         yield f"http://127.0.0.1:{port}"
@@ -120,10 +120,12 @@ async def measure(pools: int, requests: int, workdir: Path, shards: int,
             # encoding (as the bridge asks Prometheus), the whole body read each time.
             async with aiohttp.ClientSession(
                     headers={"Accept-Encoding": "identity"}) as session:
-                async with _bridge(prom.url, "0", shards) as bridge:
+                async with bridge_process(prom.url, "--cache-ttl", "0",
+                                          "--query-shards", str(shards)) as bridge:
                     raw, served, raw_bytes, bridge_bytes = await _alternate(
                         session, prom.url, bridge, requests)
-                async with _bridge(prom.url, "1", shards) as bridge:
+                async with bridge_process(prom.url, "--cache-ttl", "1",
+                                          "--query-shards", str(shards)) as bridge:
                     cached = await _poll(session, bridge, requests, poll_interval)
     return Row(pools, len(vector), raw, served, cached, raw_bytes, bridge_bytes)
 
