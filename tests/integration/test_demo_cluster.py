@@ -53,28 +53,48 @@ def value_at(prom: Prometheus, promql: str, at: float) -> dict[str, float]:
 
 
 # Each rollup against the raw expression it stands for, evaluated at the very
-# timestamp Prometheus stored the rollup with: they must agree exactly.
+# timestamp Prometheus stored the rollup with, and the raw series it reads.
 RAW = {
-    "proxy_pool:instances:count": "count by (proxy_id) (poolscope_proxy_instance_registered)",
-    "proxy_pool:inflight_requests:sum":
+    "proxy_pool:instances:count": ("count by (proxy_id) (poolscope_proxy_instance_registered)",
+                                   ("poolscope_proxy_instance_registered",)),
+    "proxy_pool:inflight_requests:sum": (
         "sum by (proxy_id) (poolscope_proxy_instance_inflight_requests)",
+        ("poolscope_proxy_instance_inflight_requests",)),
     # Hosts with fresh data only (a host past the freshness threshold leaves the max).
-    "proxy_pool:cpu_utilization:max": "max by (proxy_id) (poolscope_host_cpu_utilization_ratio"
-                                      " and on (proxy_id, instance_id)"
-                                      " (instance:resource_fresh:bool == 1))",
-    "proxy_pool:requests:rate1m": "sum by (proxy_id) (rate(poolscope_proxy_requests_total[1m]))",
+    "proxy_pool:cpu_utilization:max": (
+        "max by (proxy_id) (poolscope_host_cpu_utilization_ratio"
+        " and on (proxy_id, instance_id) (instance:resource_fresh:bool == 1))",
+        ("poolscope_host_cpu_utilization_ratio", "instance:resource_fresh:bool")),
+    "proxy_pool:requests:rate1m": ("sum by (proxy_id) (rate(poolscope_proxy_requests_total[1m]))",
+                                   ("poolscope_proxy_requests_total",)),
 }
+
+
+def visible_cutoffs(prom: Prometheus, inputs: tuple[str, ...], at: float) -> list[float]:
+    """The instants whose data the rule evaluation at `at` may have seen.
+
+    A scrape is stamped when it starts and appended when it ends, so one that
+    straddles `at` is in a later query at `at` but was not in the evaluation.
+    Scrapes land in start order: the evaluation saw every sample up to some
+    cutoff, either `at` itself or just before one of the recent samples.
+    """
+    stamps = {float(s["value"][1]) for name in inputs
+              for s in prom.query(f"timestamp({name})", at=at)}
+    return [at] + [t - 0.001 for t in sorted(stamps, reverse=True) if at - 1.0 < t <= at]
 
 
 @pytest.mark.parametrize("rollup", sorted(RAW))
 def test_rollup_agrees_with_raw_series(prom: Prometheus, rollup: str) -> None:
+    expr, inputs = RAW[rollup]
     stamped = prom.query(f"timestamp({rollup})")
     assert {s["metric"]["proxy_id"] for s in stamped} == {"pool-1", "pool-2"}
     at = float(stamped[0]["value"][1])
-    rolled, raw = value_at(prom, rollup, at), value_at(prom, RAW[rollup], at)
-    assert rolled.keys() == raw.keys()
-    for pool, v in raw.items():
-        assert rolled[pool] == pytest.approx(v, rel=1e-9, abs=1e-12), pool
+    rolled = value_at(prom, rollup, at)
+    candidates = [value_at(prom, expr, cutoff) for cutoff in visible_cutoffs(prom, inputs, at)]
+    assert any(rolled.keys() == raw.keys()
+               and all(rolled[pool] == pytest.approx(v, rel=1e-9, abs=1e-12)
+                       for pool, v in raw.items())
+               for raw in candidates), (rolled, candidates)
 
 
 def test_every_rollup_the_bridge_needs_exists(prom: Prometheus) -> None:
