@@ -72,8 +72,9 @@ def test_pool_state_codes_agree_with_the_one_hot_rules(prom: Prometheus) -> None
     [panel] = [p for p in panels(fleet) if p["title"] == "Data quality"]
     [mapping] = panel["fieldConfig"]["defaults"]["mappings"]
     expr = Query("fleet", "Data quality", "A", panel["targets"][0]["expr"]).substituted()
-    # Both reads at one timestamp, so a state change in between cannot split them.
-    at = time.time()
+    # Both reads at one settled timestamp (every evaluation stamped before it has been
+    # stored), so a state change in between cannot split them.
+    at = time.time() - 3
     coded = {s["metric"]["proxy_id"]: mapping["options"][s["value"][1]]["text"]
              for s in prom.query(expr, at=at)}
     truth = {s["metric"]["proxy_id"]: s["metric"]["quality"]

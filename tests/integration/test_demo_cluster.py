@@ -70,19 +70,6 @@ RAW = {
 }
 
 
-def visible_cutoffs(prom: Prometheus, inputs: tuple[str, ...], at: float) -> list[float]:
-    """The instants whose data the rule evaluation at `at` may have seen.
-
-    A scrape is stamped when it starts and appended when it ends, so one that
-    straddles `at` is in a later query at `at` but was not in the evaluation.
-    Scrapes land in start order: the evaluation saw every sample up to some
-    cutoff, either `at` itself or just before one of the recent samples.
-    """
-    stamps = {float(s["value"][1]) for name in inputs
-              for s in prom.query(f"timestamp({name})", at=at)}
-    return [at] + [t - 0.001 for t in sorted(stamps, reverse=True) if at - 1.0 < t <= at]
-
-
 @pytest.mark.parametrize("rollup", sorted(RAW))
 def test_rollup_agrees_with_raw_series(prom: Prometheus, rollup: str) -> None:
     expr, inputs = RAW[rollup]
@@ -90,7 +77,7 @@ def test_rollup_agrees_with_raw_series(prom: Prometheus, rollup: str) -> None:
     assert {s["metric"]["proxy_id"] for s in stamped} == {"pool-1", "pool-2"}
     at = float(stamped[0]["value"][1])
     rolled = value_at(prom, rollup, at)
-    candidates = [value_at(prom, expr, cutoff) for cutoff in visible_cutoffs(prom, inputs, at)]
+    candidates = [value_at(prom, expr, cutoff) for cutoff in prom.cutoffs_seen_at(at, inputs)]
     assert any(rolled.keys() == raw.keys()
                and all(rolled[pool] == pytest.approx(v, rel=1e-9, abs=1e-12)
                        for pool, v in raw.items())

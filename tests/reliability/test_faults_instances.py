@@ -129,16 +129,19 @@ def fields_of(summary: dict[str, Any]) -> dict[str, Any]:
     return {f"{s}.{k}": summary[s][k] for s, k in section_key}
 
 
-def agrees_at_rollup_time(prom: Prometheus, rollup: str, raw: str) -> tuple[float, float, int]:
-    """The rollup, the raw aggregate over its inputs, and the count of those inputs, all
-    at the timestamp Prometheus stored the rollup with."""
+def rollup_and_inputs(prom: Prometheus, rollup: str,
+                      raw: str) -> tuple[float, list[tuple[float, int]]]:
+    """The rollup at the timestamp Prometheus stored it with, and the sum and count of
+    its inputs as that evaluation may have seen them (see `cutoffs_seen_at`)."""
     at = scalar(prom, f"timestamp({rollup})")
     assert at is not None, f"{rollup} is absent"
-    rolled = prom.query(rollup, at=at)
-    direct = prom.query(f"sum({raw})", at=at)
-    count = prom.query(f"count({raw})", at=at)
-    return (float(rolled[0]["value"][1]), float(direct[0]["value"][1]),
-            int(float(count[0]["value"][1])))
+    [rolled] = prom.query(rollup, at=at)
+    seen = []
+    for cutoff in prom.cutoffs_seen_at(at, [raw]):
+        [total] = prom.query(f"sum({raw})", at=cutoff)
+        [count] = prom.query(f"count({raw})", at=cutoff)
+        seen.append((float(total["value"][1]), int(float(count["value"][1]))))
+    return float(rolled["value"][1]), seen
 
 
 # --- an exporter killed mid-run ----------------------------------------------
@@ -169,11 +172,12 @@ def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: S
     n = 'poolscope_host_cpu_utilization_ratio{proxy_id="p-kill"}'
     # (The rollup stored just before the exporter's series went stale may still count
     # three: wait for the first evaluation after.)
-    rolled, total, count = eventually(
-        lambda: agrees_at_rollup_time(
+    rolled, seen = eventually(
+        lambda: rollup_and_inputs(
             prom, 'proxy_pool:cpu_utilization:avg{proxy_id="p-kill"}', n),
-        lambda t: t[2] == 2, SHORT_BOUND_S, "an evaluation over the two survivors")
-    assert rolled == pytest.approx(total / count)
+        lambda t: all(count == 2 for _, count in t[1]), SHORT_BOUND_S,
+        "an evaluation over the two survivors")
+    assert any(rolled == pytest.approx(total / count) for total, count in seen), (rolled, seen)
     # Nothing the kill touched became a zero: known values stay or turn null.
     fabricated = {path: (before_v, fields_of(after)[path])
                   for path, before_v in fields_of(before).items()
@@ -228,11 +232,12 @@ def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
         for rollup, raw in (
                 ("proxy_pool:engine_requests_running:sum", "poolscope_engine_requests_running"),
                 ("proxy_pool:kv_cache_usage:avg", "poolscope_engine_kv_cache_usage_ratio")):
-            rolled, total, _ = eventually(
-                lambda r=rollup, w=raw: agrees_at_rollup_time(  # type: ignore[misc]
+            rolled, seen = eventually(
+                lambda r=rollup, w=raw: rollup_and_inputs(  # type: ignore[misc]
                     prom, f'{r}{{proxy_id="p-engine"}}', f'{w}{{proxy_id="p-engine"}}'),
-                lambda t: t[2] == 1, SHORT_BOUND_S, f"{rollup} over the healthy engine")
-            assert rolled == pytest.approx(total)
+                lambda t: all(count == 1 for _, count in t[1]), SHORT_BOUND_S,
+                f"{rollup} over the healthy engine")
+            assert any(rolled == pytest.approx(total) for total, _ in seen), (rolled, seen)
         summary = stack.summary("p-engine")
         assert summary["instances"]["with_resource"] == 4
         assert summary["utilization"]["cpu_avg"] is not None

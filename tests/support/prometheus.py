@@ -62,6 +62,18 @@ class Prometheus:
             params["time"] = repr(at)
         return self._get("/api/v1/query", params)["result"]
 
+    def cutoffs_seen_at(self, at: float, inputs: Sequence[str]) -> list[float]:
+        """The instants whose data a rule evaluation at `at` may have seen.
+
+        A scrape is stamped when it starts and appended when it ends, so one that
+        straddles `at` is in a later query at `at` but was not in the evaluation.
+        Scrapes land in start order: the evaluation saw every sample of `inputs`
+        up to some cutoff, either `at` itself or just before a recent sample.
+        """
+        stamps = {float(s["value"][1]) for name in inputs
+                  for s in self.query(f"timestamp({name})", at=at)}
+        return [at] + [t - 0.001 for t in sorted(stamps, reverse=True) if at - 1.0 < t <= at]
+
     def _get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         with urllib.request.urlopen(url, timeout=10) as r:
