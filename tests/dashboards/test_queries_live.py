@@ -4,7 +4,6 @@ GPUs must return nothing at all (absent, never a zero)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -72,9 +71,9 @@ def test_pool_state_codes_agree_with_the_one_hot_rules(prom: Prometheus) -> None
     [panel] = [p for p in panels(fleet) if p["title"] == "Data quality"]
     [mapping] = panel["fieldConfig"]["defaults"]["mappings"]
     expr = Query("fleet", "Data quality", "A", panel["targets"][0]["expr"]).substituted()
-    # Both reads at one settled timestamp (every evaluation stamped before it has been
-    # stored), so a state change in between cannot split them.
-    at = time.time() - 3
+    # Both reads at the timestamp of a stored evaluation, so a state change in between
+    # cannot split them.
+    at = max(float(s["value"][1]) for s in prom.wait_for("timestamp(proxy_pool:data_quality)"))
     coded = {s["metric"]["proxy_id"]: mapping["options"][s["value"][1]]["text"]
              for s in prom.query(expr, at=at)}
     truth = {s["metric"]["proxy_id"]: s["metric"]["quality"]
