@@ -22,7 +22,7 @@ from proxy_bridge.local_queries import FRESHNESS_RULE
 from proxy_bridge.series import one
 from scheduler_bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field
 
-FRESH_S = 15.0  # instance.yml's FRESH_S: a host sample older than this is not fresh
+FRESH_S = 15.0  # rules/instance.yml: an older host sample is not fresh (a test keeps them equal)
 NVML_UNAVAILABLE = "nvml_unavailable"  # exporters.common.health.ErrorReason
 TGI_SOURCE = c.engine_source("tgi")
 

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from exporters.common.catalog import all_families
 from tests.deploy.prometheus_config import (
@@ -21,9 +20,9 @@ from tests.deploy.prometheus_config import (
     sd_files,
     seconds,
 )
-from tests.support.prometheus import REPO, binary
+from tests.support.prometheus import RULE_FILES, binary
+from tests.support.rules import fresh_threshold_s
 
-RULE_FILES = sorted((REPO / "rules").glob("*.yml"))
 # Scrapes a host sample may miss before the rules call it stale.
 SCRAPES_PER_FRESHNESS = 3
 
@@ -46,12 +45,7 @@ def test_intervals_match_the_freshness_threshold() -> None:
     interval = seconds(config["scrape_interval"])
     assert seconds(config["evaluation_interval"]) == interval
     assert seconds(config["scrape_timeout"]) < interval
-    rules = [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]
-             for r in g["rules"] if r.get("record") == "instance:resource_fresh:bool"]
-    assert len(rules) == 1
-    threshold = re.search(r"<=\s*bool\s+(\d+(?:\.\d+)?)", rules[0]["expr"])
-    assert threshold, "instance:resource_fresh:bool no longer compares `<= bool N`"
-    assert float(threshold.group(1)) == SCRAPES_PER_FRESHNESS * interval
+    assert fresh_threshold_s() == SCRAPES_PER_FRESHNESS * interval
     assert all("scrape_interval" not in j for j in load()["scrape_configs"])
 
 

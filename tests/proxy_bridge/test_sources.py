@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from proxy_bridge.diagnosis import CHECKS
+from proxy_bridge.diagnosis import CHECKS, FRESH_S
 from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series
+from tests.support.rules import fresh_threshold_s
 
 SOURCES = "/debug/pool_resource_sources"
 ROLLUP = {f.path: f.rollup for f in FIELDS}
@@ -109,3 +110,8 @@ async def test_every_field_has_provenance(canned: CannedPool, make_bridge: MakeB
 
 def test_every_field_has_a_diagnosis() -> None:
     assert set(CHECKS) == {f.path for f in FIELDS}
+
+
+def test_stale_diagnosis_uses_the_rules_freshness_threshold() -> None:
+    """The bridge explains staleness by the rules' threshold; change one, change both."""
+    assert fresh_threshold_s() == FRESH_S

@@ -37,10 +37,11 @@ from tests.reliability.stack import (
 )
 from tests.support.polling import eventually
 from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
+from tests.support.rules import fresh_threshold_s
 
 pytestmark = pytest.mark.integration
 
-FRESH_S = 15  # rules/instance.yml: a host sample is fresh this long
+FRESH_S = fresh_threshold_s()  # rules/instance.yml: a host sample is fresh this long
 # The contract's bound: the freshness threshold, plus one scrape, one evaluation
 # and one bridge cache TTL (1 + 1 + 0.5 s), plus one more of each for slack.
 STALE_BOUND_S = FRESH_S + 5

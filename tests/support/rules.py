@@ -1,0 +1,25 @@
+"""Facts the rule files state once, read back for the code and tests that must agree."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.support.prometheus import RULE_FILES
+
+FRESHNESS_RULE = "instance:resource_fresh:bool"
+
+
+def fresh_threshold_s() -> float:
+    """How old a host sample may be and still count as fresh, from `FRESHNESS_RULE`.
+
+    Everything else that judges freshness (the Proxy bridge's diagnosis, tests
+    waiting for staleness, scrape intervals) must follow this number.
+    """
+    rules = [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]
+             for r in g["rules"] if r.get("record") == FRESHNESS_RULE]
+    assert len(rules) == 1, f"expected one {FRESHNESS_RULE} rule, found {len(rules)}"
+    threshold = re.search(r"<=\s*bool\s+(\d+(?:\.\d+)?)", rules[0]["expr"])
+    assert threshold, f"{FRESHNESS_RULE} no longer compares `<= bool N`"
+    return float(threshold.group(1))
