@@ -9,12 +9,13 @@ scraped by `--scrapers` concurrent scrapers each once per interval, staggered as
 independent Prometheus servers would be (10x: an HA pair and more), and one scraped
 as often on /healthz, a response that renders almost nothing: the HTTP floor, so
 that a scrape's cost splits into serving a request and rendering the exposition.
-Each scraper holds its own kept-alive connection. CPU is user+system time over the
+Scrapers send the Accept and Accept-Encoding (gzip) headers Prometheus 2.42 sends,
+and each holds its own kept-alive connection. CPU is user+system time over the
 window as a percentage of one core; RSS is sampled every second.
 
-Target: 1x within 1% of a core (issue 2's budget); 10x is reported, with the cost of
-one scrape (CPU above the unscraped exporter's, per scrape). Loopback only; every
-scraper does a fixed number of scrapes, so the run ends by itself.
+Target: within 1% of a core at 1x (issue 2's budget) and at 10x (issue 9); the cost
+of one scrape is reported too (CPU above the unscraped exporter's, per scrape).
+Loopback only; every scraper does a fixed number of scrapes, so the run ends by itself.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from tests.support.static_http import serving_fixture
 WARM_UP_S = 3.0  # first samples, imports and connections before the window opens
 CPU_BUDGET_PERCENT = 1.0
 REQUEST_TIMEOUT_S = 10.0
+# What Prometheus 2.42 sends with every scrape (captured from /usr/bin/prometheus).
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+              "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip"}
 
 # Why a scrape body is not acceptable, or None when it is.
 BodyCheck = Callable[[bytes], str | None]
@@ -81,7 +87,8 @@ def exporter_process(engine_url: str, name: str) -> Iterator[Exporter]:
 async def scrape_at_rate(url: str, scrapers: int, interval_s: float, duration_s: float,
                          check: BodyCheck = non_empty) -> Scrapes:
     """`scrapers` independent scrapers, each once per `interval_s` for `duration_s`,
-    scraper k offset by k/scrapers of an interval (Prometheus spreads its targets)."""
+    scraper k offset by k/scrapers of an interval (Prometheus spreads its targets);
+    `check` sees the body as aiohttp decoded it."""
     result = Scrapes()
     ticks = max(1, math.floor(duration_s / interval_s))
     start = time.monotonic()
@@ -94,7 +101,7 @@ async def scrape_at_rate(url: str, scrapers: int, interval_s: float, duration_s:
                 due = start + (i + k / scrapers) * interval_s
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
                 try:
-                    async with session.get(url) as resp:
+                    async with session.get(url, headers=PROMETHEUS_HEADERS) as resp:
                         body = await resp.read()
                         error = (f"HTTP {resp.status}" if resp.status != 200
                                  else check(body))
@@ -196,9 +203,10 @@ def table(rows: Sequence[Row], interval_s: float, duration_s: float) -> str:
 def verdicts(rows: Sequence[Row]) -> list[str]:
     failed = [f"{r.plan.label}: scrape errors {dict(r.scrapes.errors)}"
               for r in rows if r.scrapes.errors]
-    baseline = rows[1]  # plans(): the 1x exporter
-    if baseline.cpu_percent > CPU_BUDGET_PERCENT:
-        failed.append(f"1x: CPU {baseline.cpu_percent:.2f}% > {CPU_BUDGET_PERCENT:g}% of a core")
+    for r in rows[1:3]:  # plans(): 1x and the loaded exporter
+        if r.cpu_percent > CPU_BUDGET_PERCENT:
+            failed.append(f"{r.plan.label}: CPU {r.cpu_percent:.2f}% > "
+                          f"{CPU_BUDGET_PERCENT:g}% of a core")
     return failed
 
 
@@ -217,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = asyncio.run(_run(a.scrapers, a.interval, a.duration))
     print(table(rows, a.interval, a.duration))
     failed = verdicts(rows)
-    print(f"\n1x CPU within {CPU_BUDGET_PERCENT:g}% of a core; no scrape errors"
+    print(f"\n1x and {a.scrapers}x CPU within {CPU_BUDGET_PERCENT:g}% of a core; "
+          "no scrape errors"
           if not failed else "\nMISSED: " + "; ".join(failed))
     return 0 if not failed else 1
 

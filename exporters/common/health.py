@@ -129,10 +129,15 @@ class HealthBoard:
 
         For the Instance exporter that is (proxy_id, instance_id, source).
         """
+        yield from self.sampled_families(prefix)
+        yield from self.age_families(prefix)
+
+    def sampled_families(self, prefix: Sequence[str]) -> Iterator[Metric]:
+        """The families that only a sample changes, so a rendering of them stays
+        right until the next sample (see exporters.common.exposition)."""
         fam = self._families
         success, duration = fam.success.new(), fam.duration.new()
         last = fam.last_success.new() if fam.last_success else None
-        age = fam.sample_age.new() if fam.sample_age else None
         errors = fam.errors.new() if fam.errors else None
         for h in self._collectors.values():
             labels = [*prefix, h.name]
@@ -142,10 +147,18 @@ class HealthBoard:
                 duration.add_metric(labels, h.duration)
             if last is not None and h.last_success_wall is not None:
                 last.add_metric(labels, h.last_success_wall)
-            sample_age = h.age()
-            if age is not None and sample_age is not None:
-                age.add_metric(labels, sample_age)
             if errors is not None:
                 for reason, count in h.errors.items():
                     errors.add_metric([*labels, reason.value], float(count))
-        yield from (m for m in (success, duration, last, age, errors) if m is not None)
+        yield from (m for m in (success, duration, last, errors) if m is not None)
+
+    def age_families(self, prefix: Sequence[str]) -> Iterator[Metric]:
+        """The sample ages, measured now: they change with every scrape."""
+        if self._families.sample_age is None:
+            return
+        age = self._families.sample_age.new()
+        for h in self._collectors.values():
+            sample_age = h.age()
+            if sample_age is not None:
+                age.add_metric([*prefix, h.name], sample_age)
+        yield age

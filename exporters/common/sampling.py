@@ -86,6 +86,9 @@ class SamplingLoop:
         self._monotonic = monotonic
         self._slots: list[Slot[object]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        # Samples finished, failed ones included: what a cached rendering of the
+        # held state is keyed on (exporters.common.exposition).
+        self.samples_taken = 0
 
     def add(self, reader: Reader[S], timeout: float | None = None) -> Slot[S]:
         """Register a reader; `timeout` bounds one read (default: the interval)."""
@@ -122,6 +125,7 @@ class SamplingLoop:
         finally:
             if read.done():
                 slot.pending = None
+            self.samples_taken += 1
 
     def _fail(self, slot: Slot[S], reason: ErrorReason, detail: str, start: float) -> None:
         # Log transitions, not every failed second: a dead engine would flood the log.

@@ -1,27 +1,29 @@
 """HTTP: /metrics for Prometheus, /healthz and /v1/resource/snapshot for the
 Resource Agent's existing consumers (seed 001).
 
-Every handler reads held samples only; none of them waits on a device. What one
-client may send or hold, and who may read, is `exporters.common.web`'s, shared
-with the bridges.
+Every handler reads held samples only; none of them waits on a device. /metrics
+renders what samples set once per sampling round, however many servers scrape
+(`exporters.common.exposition`). What one client may send or hold, and who may
+read, is `exporters.common.web`'s, shared with the bridges.
 """
 
 from __future__ import annotations
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from aiohttp import hdrs, web
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from exporters.common.exposition import RoundCache
 from exporters.common.web import guarded
 from exporters.instance import snapshot
 from exporters.instance.service import InstanceExporter
 
 EXPORTER_KEY: web.AppKey[InstanceExporter] = web.AppKey("exporter", InstanceExporter)
-_REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
+_PAGE_KEY: web.AppKey[RoundCache] = web.AppKey("page", RoundCache)
+_TEXT = {hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST}
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[_REGISTRY_KEY])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=request.app[_PAGE_KEY].page(), headers=_TEXT)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -36,7 +38,8 @@ async def _snapshot(request: web.Request) -> web.Response:
 def make_app(exporter: InstanceExporter, auth_token: str | None = None) -> web.Application:
     app = web.Application(middlewares=guarded(auth_token))
     app[EXPORTER_KEY] = exporter
-    app[_REGISTRY_KEY] = exporter.registry()
+    app[_PAGE_KEY] = RoundCache(exporter.round_key, exporter.sampled_families,
+                                exporter.scrape_time_families)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/v1/resource/snapshot", _snapshot)

@@ -89,6 +89,11 @@ class InstanceExporter(Collector):
         return []  # families vary with what is measured; skip describe-time collect()
 
     def collect(self) -> Iterator[Metric]:
+        yield from self.sampled_families()
+        yield from self.scrape_time_families()
+
+    def sampled_families(self) -> Iterator[Metric]:
+        """Every family that stays the same until `round_key()` changes."""
         ids = self.ids
         yield from self.host.families(ids)
         yield from self.gpu.families(ids)
@@ -96,7 +101,16 @@ class InstanceExporter(Collector):
             yield from self.engine.families(ids)
         yield from self.capacity.families(ids)
         yield from self.admission.families(self.admission_inputs(), ids)
-        yield from self.board.families(ids.labels(catalog.SOURCE_EXPORTER))
+        yield from self.board.sampled_families(ids.labels(catalog.SOURCE_EXPORTER))
+
+    def scrape_time_families(self) -> Iterator[Metric]:
+        """The families measured at scrape time: every sample's age."""
+        yield from self.board.age_families(self.ids.labels(catalog.SOURCE_EXPORTER))
+
+    def round_key(self) -> tuple[int, bool]:
+        """Changes whenever `sampled_families()` could: a sample taken (or failed),
+        draining switched. The rest of their inputs is fixed at startup."""
+        return self.loop.samples_taken, self.admission.draining
 
     async def start(self) -> None:
         """First sample of everything, then sampling in the background."""
