@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -118,14 +119,25 @@ def federation(workdir: Path, regions: Mapping[str, Sequence[Pool]],
         group.stop()
 
 
+def rehost(deployed: str, override: str) -> str:
+    """A URL flag moves to the override's scheme and host:port and keeps the deployed
+    path and query (`?nocache=1` on vmalert's datasource is a tuned setting, not an
+    address); any other flag takes the override whole."""
+    old = urlsplit(deployed)
+    if old.scheme not in ("http", "https"):
+        return override
+    return urlunsplit((*urlsplit(override)[:2], *old[2:]))
+
+
 def vm_flags(binary_name: str, overrides: Mapping[str, str]) -> list[str]:
     """deploy/victoriametrics/flags.yml's flags for one binary, `overrides` replacing
-    the values of the flags they name (ports, paths, intervals), in the file's order."""
+    the values of the flags they name (ports, paths, intervals; a URL only its
+    address), in the file's order."""
     flags: list[str] = yaml.safe_load((VICTORIA / "flags.yml").read_text())[binary_name]
     out = []
     for flag in flags:
         name, _, value = flag.partition("=")
-        out.append(f"{name}={overrides.get(name, value)}")
+        out.append(f"{name}={rehost(value, overrides[name]) if name in overrides else value}")
     return out
 
 
@@ -154,7 +166,7 @@ def victoria_metrics(workdir: Path, pools: Sequence[Pool], interval: float) -> I
                         interval)
         agent = group.start("vmagent", [binary("vmagent"), *vm_flags("vmagent", {
             "-httpListenAddr": f"127.0.0.1:{agent_port}", "-promscrape.config": str(scrape),
-            "-remoteWrite.url": f"{vm_url}/api/v1/write",
+            "-remoteWrite.url": vm_url,
             "-remoteWrite.tmpDataPath": str(workdir / "vmagent-data")})])
         wait_ready(f"http://127.0.0.1:{agent_port}/health", agent)
         alert_url = f"http://127.0.0.1:{alert_port}"

@@ -7,11 +7,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
 
-from tests.scale.stacks import FEDERATION, VICTORIA, vm_flags
+from tests.scale.stacks import FEDERATION, VICTORIA, rehost, vm_flags
 from tests.support.prometheus import REPO, binary
 
 SINGLE = REPO / "deploy" / "prometheus" / "prometheus.yml"
@@ -71,3 +72,22 @@ def test_overrides_replace_only_the_flags_they_name() -> None:
     assert flags[0] == "-httpListenAddr=127.0.0.1:1"
     assert flags[1:] == vm_flags("victoria-metrics", {})[1:]
     assert "-search.latencyOffset=1s" in flags
+
+
+def test_url_overrides_move_the_address_and_keep_path_and_query() -> None:
+    assert rehost("http://127.0.0.1:8428/api/v1/write", "http://127.0.0.1:1") == \
+        "http://127.0.0.1:1/api/v1/write"
+    assert rehost("/var/lib/vmagent", "/tmp/x") == "/tmp/x"
+    flags = dict(f.partition("=")[::2] for f in vm_flags(
+        "vmalert", {"-datasource.url": "http://127.0.0.1:1"}))
+    assert flags["-datasource.url"] == "http://127.0.0.1:1?nocache=1"
+
+
+def test_vmalert_reads_what_victoria_metrics_holds_now() -> None:
+    # Without nocache=1 VM answers every rule evaluation as of now - latencyOffset
+    # (1 s at least), and with the time aligned to the 5 s interval vmalert asks
+    # for up to 5 s ago: both delays repeat at every layer of rules
+    # (docs/scaling.md, "Propagation").
+    flags = dict(f.partition("=")[::2] for f in vm_flags("vmalert", {}))
+    assert parse_qs(urlsplit(flags["-datasource.url"]).query) == {"nocache": ["1"]}
+    assert flags["-datasource.queryTimeAlignment"] == "false"
