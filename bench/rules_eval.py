@@ -21,11 +21,18 @@ The target (issue 4): at 16,000 Instances every group together stays under 10%
 of the 5 s interval, and the cost grows linearly with the fleet.
 
     python -m bench.rules_eval --instances 1000,4000,16000
+
+To compare two versions of the rules, give --rules once per version: each gets
+its own Prometheus on the same fleet, timed over the same window, and the rule
+table puts their rules side by side.
+
+    python -m bench.rules_eval --instances 1000 --rules /tmp/old-rules --rules rules
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -90,6 +97,7 @@ class Result:
     rule_seconds: dict[str, list[float]] = field(default_factory=dict)
     cpu_cores: dict[str, float] = field(default_factory=dict)  # process -> cores used
     rss_gib: dict[str, float] = field(default_factory=dict)
+    rules: str = "rules"  # which rule set (--rules) was timed
     box_busy: float = 0.0  # share of all cores busy over the window
     rules_cpu_s: float = 0.0  # Prometheus CPU seconds per interval the rules add
 
@@ -137,9 +145,13 @@ def _sample_rules(prom: Prometheus, result: Result, seen: dict[str, str]) -> Non
             continue
         seen[name] = group["lastEvaluation"]
         result.group_seconds.setdefault(name, []).append(group["evaluationTime"])
-        for i, rule in enumerate(group["rules"]):
-            # Rules of one name (a state set) are told apart by position.
-            key = f"{name} #{i:02d} {rule['name']}"
+        occurrences: dict[str, int] = {}
+        for rule in group["rules"]:
+            # Rules of one name (a state set) are told apart by their order
+            # among themselves, not by position in the group, so a rule keeps
+            # its key when another version of the file adds or drops others.
+            n = occurrences[rule["name"]] = occurrences.get(rule["name"], 0) + 1
+            key = f"{name} {rule['name']}" + (f" ({n})" if n > 1 else "")
             result.rule_seconds.setdefault(key, []).append(rule["evaluationTime"])
 
 
@@ -173,53 +185,81 @@ def _head_series(prom: Prometheus) -> int:
     raise RuntimeError("Prometheus exports no prometheus_tsdb_head_series")
 
 
+RuleSet = tuple[str, Sequence[Path]]  # a name for the tables, and its rule files
+
+
 def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: Path,
-            rule_files: Sequence[Path]) -> Result:
-    """Run one fleet size until every target is up and rules are warm, then sample."""
+            rule_sets: Sequence[RuleSet]) -> list[Result]:
+    """Run one fleet size until every target is up and rules are warm, then sample.
+
+    Each rule set gets its own Prometheus, all scraping the one fleet and sampled
+    over the same window: on a shared box the load varies from one minute to
+    the next by more than a rule change saves, so two versions are only
+    comparable when they are timed side by side.
+    """
     port = free_port()
     fleet = _fleet(instances, proxies, gpus, port)
     try:
         wait_http(f"http://127.0.0.1:{port}/targets", timeout=600)
         info = _get(f"http://127.0.0.1:{port}/targets")
-        with running_prometheus(workdir, [_scrape_config(port, info["paths"])],
-                                rule_files=rule_files,
-                                evaluation_interval=f"{INTERVAL_S:g}s") as prom:
-            assert prom.process is not None
-            prom.wait_for(f'count(up == 1) == {len(info["paths"])}', timeout=600)
-            # Rates need two scrapes and the pool groups read the instance
-            # group's output: let every group see a full fleet before sampling.
-            prom.wait_for("proxy_pool:requests:rate1m", timeout=600)
+        with contextlib.ExitStack() as stack:
+            proms = [stack.enter_context(running_prometheus(
+                workdir / str(i), [_scrape_config(port, info["paths"])], rule_files=files,
+                evaluation_interval=f"{INTERVAL_S:g}s")) for i, (_, files) in enumerate(rule_sets)]
+            for prom in proms:
+                prom.wait_for(f'count(up == 1) == {len(info["paths"])}', timeout=600)
+                # Rates need two scrapes and the pool groups read the instance
+                # group's output: let every group see a full fleet before sampling.
+                # Asked of the raw series, so any rule set (--rules) can be timed.
+                prom.wait_for("rate(poolscope_proxy_requests_total[1m])", timeout=600)
             time.sleep(3 * INTERVAL_S)
-            usage = {"prometheus": Usage(psutil.Process(prom.process.pid)),
-                     "fleet target": Usage(psutil.Process(fleet.pid))}
-            result = Result(instances, 0, int(info["series"]), 0.0)
-            seen: dict[str, str] = {}
-            _sample_rules(prom, result, seen)  # the evaluation in progress is not timed
-            result.group_seconds.clear()
-            result.rule_seconds.clear()
-            for u in usage.values():
+            fleet_usage = Usage(psutil.Process(fleet.pid))
+            usages = [Usage(psutil.Process(_pid(prom))) for prom in proms]
+            results = [Result(instances, 0, int(info["series"]), 0.0, rules=name)
+                       for name, _ in rule_sets]
+            seen: list[dict[str, str]] = [{} for _ in proms]
+            for prom, result, s in zip(proms, results, seen, strict=True):
+                _sample_rules(prom, result, s)  # the evaluation in progress is not timed
+                result.group_seconds.clear()
+                result.rule_seconds.clear()
+            for u in (fleet_usage, *usages):
                 u.begin()
             box_start = psutil.cpu_times()
             started = time.monotonic()
             for _ in range(2 * evaluations):
                 time.sleep(INTERVAL_S / 2)
-                _sample_rules(prom, result, seen)
-            result.window_s = time.monotonic() - started
+                for prom, result, s in zip(proms, results, seen, strict=True):
+                    _sample_rules(prom, result, s)
+            window_s = time.monotonic() - started
             box = psutil.cpu_times()
             busy = sum(box) - sum(box_start) - (box.idle - box_start.idle)
-            result.box_busy = busy / (sum(box) - sum(box_start))
-            for name, u in usage.items():
+            fleet_usage.end()
+            for prom, result, u in zip(proms, results, usages, strict=True):
                 u.end()
-                result.cpu_cores[name] = u.cpu_s / result.window_s
-                result.rss_gib[name] = u.rss_bytes / 2**30
-            result.series = _head_series(prom)
-            _drop_rules(prom)
+                result.window_s = window_s
+                result.box_busy = busy / (sum(box) - sum(box_start))
+                result.cpu_cores = {"prometheus": u.cpu_s / window_s,
+                                    "fleet target": fleet_usage.cpu_s / window_s}
+                result.rss_gib = {"prometheus": u.rss_bytes / 2**30,
+                                  "fleet target": fleet_usage.rss_bytes / 2**30}
+                result.series = _head_series(prom)
+                _drop_rules(prom)
             time.sleep(INTERVAL_S)
-            scrape_only = _cpu_cores(usage["prometheus"].process, result.window_s)
-            result.rules_cpu_s = (result.cpu_cores["prometheus"] - scrape_only) * INTERVAL_S
-        return result
+            for u in usages:
+                u.begin()
+            time.sleep(window_s)
+            for result, u in zip(results, usages, strict=True):
+                u.end()
+                scrape_only = u.cpu_s / window_s
+                result.rules_cpu_s = (result.cpu_cores["prometheus"] - scrape_only) * INTERVAL_S
+        return results
     finally:
         stop_group(fleet)
+
+
+def _pid(prom: Prometheus) -> int:
+    assert prom.process is not None
+    return prom.process.pid
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -229,13 +269,13 @@ def _row(cells: Sequence[str]) -> str:
 def table(results: Sequence[Result]) -> str:
     """Per-group mean seconds, share of the interval, series per Instance, CPU and memory."""
     groups = sorted({g for r in results for g in r.group_seconds})
-    head = ["Instances", "head series", "series / Instance", *groups, "all groups", "of 5 s",
-            "evals", "rules CPU / 5 s", "Prometheus CPU", "target CPU", "box busy",
+    head = ["Instances", "rules", "head series", "series / Instance", *groups, "all groups",
+            "of 5 s", "evals", "rules CPU / 5 s", "Prometheus CPU", "target CPU", "box busy",
             "Prometheus RSS"]
     rows = [_row(head), "|" + "---|" * len(head)]
     for r in results:
         rows.append(_row([
-            f"{r.instances:,}", f"{r.series:,}", f"{r.series / r.instances:.1f}",
+            f"{r.instances:,}", r.rules, f"{r.series:,}", f"{r.series / r.instances:.1f}",
             *(f"{r.group_mean(g) * 1000:.1f} ms" if g in r.group_seconds else "-"
               for g in groups),
             f"{r.total_seconds * 1000:.1f} ms", f"{r.ratio:.1%}",
@@ -247,13 +287,24 @@ def table(results: Sequence[Result]) -> str:
     return "\n".join(rows)
 
 
-def rule_table(result: Result, top: int = TOP_RULES) -> str:
-    """The rules that cost most at one fleet size, mean evaluationTime each."""
-    means = sorted(((statistics.fmean(v), k) for k, v in result.rule_seconds.items()),
-                   reverse=True)
-    rows = [_row([f"rule at {result.instances:,} Instances", "mean", "share"]), "|---|---|---|"]
-    total = sum(m for m, _ in means)
-    rows += [_row([f"`{k}`", f"{m * 1000:.1f} ms", f"{m / total:.0%}"]) for m, k in means[:top]]
+def rule_table(results: Sequence[Result], top: int = TOP_RULES) -> str:
+    """The rules that cost most at one fleet size: mean evaluationTime and share, per rule set.
+
+    `results` are the rule sets timed side by side at that size; a rule one set
+    lacks shows "-". Rules are ranked by their dearest set.
+    """
+    means = [{k: statistics.fmean(v) for k, v in r.rule_seconds.items()} for r in results]
+    totals = [sum(m.values()) for m in means]
+    ranked = sorted({k for m in means for k in m}, key=lambda k: -max(m.get(k, 0) for m in means))
+    head = [f"rule at {results[0].instances:,} Instances"]
+    for r in results:
+        head += [f"{r.rules}: mean", "share"]
+    rows = [_row(head), "|" + "---|" * len(head)]
+    for k in ranked[:top]:
+        cells = [f"`{k}`"]
+        for m, total in zip(means, totals, strict=True):
+            cells += ([f"{m[k] * 1000:.1f} ms", f"{m[k] / total:.0%}"] if k in m else ["-", "-"])
+        rows.append(_row(cells))
     return "\n".join(rows)
 
 
@@ -265,27 +316,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus-per-instance", type=int, default=2)
     parser.add_argument("--evaluations", type=int, default=20,
                         help="rule evaluation intervals sampled per fleet size (mean reported)")
-    parser.add_argument("--rules", type=Path, default=REPO / "rules",
-                        help="directory of rule files (to compare against another version)")
+    parser.add_argument("--rules", type=Path, action="append",
+                        help="directory of rule files (default rules/); repeat it to time "
+                        "several versions side by side, each in its own Prometheus scraping "
+                        "the same fleet")
     parser.add_argument("--top-rules", type=int, default=TOP_RULES,
                         help="slowest rules listed per fleet size")
     args = parser.parse_args(argv)
-    rule_files = sorted(args.rules.resolve().glob("*.yml"))
-    results = []
+    dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
+    rule_sets = [(_set_name(d, dirs), sorted(d.glob("*.yml"))) for d in dirs]
+    by_size: list[list[Result]] = []
     for n in (int(x) for x in args.instances.split(",")):
         with tempfile.TemporaryDirectory(prefix="poolscope-rules-eval-") as tmp:
-            result = measure(n, max(1, n // args.instances_per_proxy), args.gpus_per_instance,
-                             args.evaluations, Path(tmp), rule_files)
-        print(f"{n} Instances: {result.total_seconds * 1000:.1f} ms ({result.ratio:.1%}), "
-              f"rules CPU {result.rules_cpu_s * 1000:.0f} ms per interval, "
-              f"box {result.box_busy:.0%} busy",
-              file=sys.stderr, flush=True)
-        results.append(result)
-    print(table(results))
-    for r in results:
+            results = measure(n, max(1, n // args.instances_per_proxy), args.gpus_per_instance,
+                              args.evaluations, Path(tmp), rule_sets)
+        for r in results:
+            print(f"{n} Instances, {r.rules}: {r.total_seconds * 1000:.1f} ms ({r.ratio:.1%}), "
+                  f"rules CPU {r.rules_cpu_s * 1000:.0f} ms per interval, "
+                  f"box {r.box_busy:.0%} busy",
+                  file=sys.stderr, flush=True)
+        by_size.append(results)
+    print(table([r for results in by_size for r in results]))
+    for results in by_size:
         print()
-        print(rule_table(r, args.top_rules))
-    return 0 if all(r.ratio < BUDGET_RATIO for r in results) else 1
+        print(rule_table(results, args.top_rules))
+    return 0 if all(r.ratio < BUDGET_RATIO for results in by_size for r in results) else 1
+
+
+def _set_name(directory: Path, dirs: Sequence[Path]) -> str:
+    """The shortest name that tells the rule sets apart in the tables."""
+    if len({d.name for d in dirs}) == len(dirs):
+        return directory.name
+    return str(directory)
 
 
 if __name__ == "__main__":
