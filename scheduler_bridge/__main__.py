@@ -22,6 +22,7 @@ from exporters.common.web import (
     service_config,
 )
 from scheduler_bridge.app import Settings, create_app
+from scheduler_bridge.heap import keep_freed_memory
 
 PROG = "poolscope-scheduler-bridge"
 
@@ -73,6 +74,7 @@ def serve_bridge(prog: str, args: argparse.Namespace,
     except UsageError as e:
         return refuse(prog, e)
     app = make_app(_settings_from(args, config.auth_token))
+    keep_freed_memory()
     return run(prog, serve_until_stopped(app, config, prog=prog), config.log_level)
 
 

@@ -23,6 +23,8 @@ from scheduler_bridge.summary import PoolSnapshot
 log = logging.getLogger(__name__)
 
 Refresh = Callable[[float], Awaitable[PoolSnapshot]]
+# How long a replaced snapshot is kept after its successor is in place.
+RETIRE_AFTER_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,10 @@ class SnapshotCache:
             self._failure = AllBackendsFailed([BackendError("bridge", "internal", repr(e))])
             self._metrics.refreshes.labels("error").inc()
         else:
-            self._good, self._failure = snapshot, None
+            retired, self._good, self._failure = self._good, snapshot, None
+            # Freeing the replaced snapshot (1,000 pools: ~2 ms) would delay every request
+            # waiting for this one; it is freed once they have been answered.
+            asyncio.get_running_loop().call_later(RETIRE_AFTER_S, _release, retired)
             self._metrics.refreshes.labels("partial" if snapshot.failed_queries else "ok").inc()
             self._metrics.observe_snapshot(len(snapshot.pools), snapshot.series,
                                            snapshot.rejected)
@@ -100,3 +105,7 @@ class SnapshotCache:
             if age <= self._stale_after:
                 return Served(good, True, age)
         raise Unavailable(self._failure.errors if self._failure else (), age)
+
+
+def _release(retired: PoolSnapshot | None) -> None:
+    """Nothing to do: the timer held `retired`, and lets go of it once this has run."""

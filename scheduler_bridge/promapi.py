@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import urllib.parse
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -21,8 +22,16 @@ import aiohttp
 import orjson
 
 from scheduler_bridge.summary import Vector, gc_paused
+from scheduler_bridge.vector_layout import Layout
 
 log = logging.getLogger(__name__)
+
+# Smaller answers are parsed in full every time: that is cheap, and a layout's memory
+# and cutting are not worth it.
+LAYOUT_MIN_SERIES = 100
+# Layouts kept per PrometheusAPI, one per (backend, query): the bridges send a fixed
+# handful of queries, so this only bounds memory against a caller that varies them.
+MAX_LAYOUTS = 16
 
 
 class ErrorKind:
@@ -90,6 +99,7 @@ class PrometheusAPI:
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._observer = observer
+        self._layouts: dict[tuple[str, str], Layout] = {}
 
     async def query(self, promql: str, at: float) -> QueryResult:
         """Evaluate `promql` at `at` (unix seconds); raises AllBackendsFailed."""
@@ -127,7 +137,25 @@ class PrometheusAPI:
             raise BackendError(name, ErrorKind.TIMEOUT, "no answer in time") from e
         except aiohttp.ClientError as e:
             raise BackendError(name, ErrorKind.CONNECT, str(e) or type(e).__name__) from e
-        return _parse(name, status, body)
+        return self._read(url, name, promql, status, body)
+
+    def _read(self, url: str, name: str, promql: str, status: int, body: bytes) -> Vector:
+        """The answer's vector: only its values are read when its series are the last
+        answer's (vector_layout); otherwise in full, and its layout kept for the next."""
+        key = (url, promql)
+        layout = self._layouts.get(key)
+        if layout is not None and status == 200:
+            values = layout.values_of(body)
+            if values is not None:
+                return Vector(layout.labels, values)
+        vector = _parse(name, status, body)  # a failed answer keeps the last layout
+        fresh = Layout.cut(body, vector.labels) if len(vector) >= LAYOUT_MIN_SERIES else None
+        self._layouts.pop(key, None)
+        if fresh is not None:
+            while len(self._layouts) >= MAX_LAYOUTS:
+                del self._layouts[next(iter(self._layouts))]
+            self._layouts[key] = fresh
+        return vector
 
 
 _METRIC, _VALUE, _TEXT = itemgetter("metric"), itemgetter("value"), itemgetter(1)
@@ -158,7 +186,7 @@ def _parse_body(name: str, status: int, body: bytes) -> Vector:
         # Whole-list maps run in C: no Python bytecode per series (34,000 at 1,000 pools).
         result = data["result"]
         labels = list(map(_METRIC, result))
-        values = list(map(float, map(_TEXT, map(_VALUE, result))))
+        values = array("d", map(float, map(_TEXT, map(_VALUE, result))))
     except (KeyError, TypeError, IndexError, ValueError) as e:
         raise BackendError(name, ErrorKind.RESPONSE, f"malformed result: {e!r}") from e
     if not set(map(type, labels)) <= {dict}:

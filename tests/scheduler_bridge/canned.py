@@ -1,6 +1,7 @@
-"""A canned Prometheus: /api/v1/query answers with vectors the test sets, and records
-every query and evaluation time it was asked, so tests can assert on what the bridge
-sent as well as on what it served."""
+"""A canned Prometheus: /api/v1/query answers with vectors the test sets, written as
+compactly as Prometheus writes them, and records every query, evaluation time and
+Accept-Encoding it was asked with, so tests can assert on what the bridge sent as well
+as on what it served."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -47,6 +49,7 @@ def _selects(promql: str, metric: dict[str, str]) -> bool:
 class CannedPrometheus:
     vector: list[Series] = field(default_factory=list)
     queries: list[tuple[str, str]] = field(default_factory=list)  # (promql, time)
+    accept_encodings: list[str | None] = field(default_factory=list)  # per query
     fail_status: int | None = None  # answer every query with this API error
     fail_matching: str | None = None  # ... or only queries containing this text
     gate: asyncio.Event | None = None  # hold answers until set
@@ -72,6 +75,7 @@ class CannedPrometheus:
         params = request.query if request.method == "GET" else await request.post()
         promql, at = str(params.get("query", "")), str(params.get("time", ""))
         self.queries.append((promql, at))
+        self.accept_encodings.append(request.headers.get("Accept-Encoding"))
         if self.gate is not None:
             await self.gate.wait()
         if self.fail_status is not None or (self.fail_matching or "\0") in promql:
@@ -81,5 +85,6 @@ class CannedPrometheus:
         result: list[dict[str, Any]] = [
             {"metric": metric, "value": [float(at), value]} for metric, value in self.vector
             if _selects(promql, metric)]
-        return web.json_response(
+        body = orjson.dumps(
             {"status": "success", "data": {"resultType": "vector", "result": result}})
+        return web.Response(body=body, content_type="application/json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
 import orjson
@@ -88,3 +89,78 @@ async def test_a_malformed_answer_fails_its_backend_and_the_next_one_answers(
     assert failed.value.errors[0].backend == bad
     assert fallback.backend == good
     assert len(fallback.samples) == 3
+
+
+def _answer(rows: list[tuple[dict[str, str], str]], at: float) -> bytes:
+    return _with_result([{"metric": m, "value": [at, v]} for m, v in rows])
+
+
+def _pools(n: int, value: str, source: str = "psutil") -> list[tuple[dict[str, str], str]]:
+    return [({"__name__": "proxy_pool:cpu_utilization:avg", "proxy_id": f"p{i}",
+              "source": source}, value) for i in range(n)]
+
+
+@dataclass
+class Answer:
+    body: bytes = b""
+    status: int = 200
+
+
+@pytest.fixture
+async def changing() -> AsyncIterator[tuple[Answer, str]]:
+    """A backend answering every query with what its Answer holds at that moment."""
+    answer = Answer()
+
+    async def query(request: web.Request) -> web.Response:
+        return web.Response(body=answer.body, status=answer.status,
+                            content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield answer, str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+async def test_a_repeated_query_reads_only_the_values_and_reads_them_right(
+        changing: tuple[Answer, str]) -> None:
+    answer, url = changing
+    async with aiohttp.ClientSession() as session:
+        api = PrometheusAPI([url], session, 2.0)
+        answer.body = _answer(_pools(150, "1"), 1.5)
+        first = (await api.query("x", 1.5)).samples
+        answer.body = _answer(_pools(150, "0.5"), 2.5)
+        second = (await api.query("x", 2.5)).samples
+        answer.body = _answer(_pools(150, "NaN"), 3.5)
+        third = (await api.query("x", 3.5)).samples
+        answer.body = _answer(_pools(150, "2", source="nvml"), 4.5)
+        changed = (await api.query("x", 4.5)).samples
+    assert third.labels is second.labels  # the label sets of the layout, not parsed again
+    assert list(second.labels) == list(first.labels)
+    assert list(second.values) == [0.5] * 150
+    assert all(math.isnan(v) for v in third.values)
+    assert changed.labels is not second.labels
+    assert [m["source"] for m in changed.labels] == ["nvml"] * 150
+    assert list(changed.values) == [2.0] * 150
+
+
+async def test_a_failed_answer_keeps_the_layout_and_a_bad_value_is_still_refused(
+        changing: tuple[Answer, str]) -> None:
+    answer, url = changing
+    async with aiohttp.ClientSession() as session:
+        api = PrometheusAPI([url], session, 2.0)
+        for at in (1.5, 2.5):
+            answer.body = _answer(_pools(150, "1"), at)
+            kept = (await api.query("x", at)).samples
+        answer.body, answer.status = b'{"status":"error","error":"busy"}', 503
+        with pytest.raises(AllBackendsFailed):
+            await api.query("x", 3.5)
+        answer.body, answer.status = _answer(_pools(150, "3"), 4.5), 200
+        after = (await api.query("x", 4.5)).samples
+        answer.body = _answer(_pools(150, "one"), 5.5)
+        with pytest.raises(AllBackendsFailed) as bad:
+            await api.query("x", 5.5)
+    assert after.labels is kept.labels
+    assert list(after.values) == [3.0] * 150
+    assert [e.kind for e in bad.value.errors] == [ErrorKind.RESPONSE]

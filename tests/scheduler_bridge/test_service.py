@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import re
 import urllib.parse
+import weakref
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from scheduler_bridge.app import CACHE
+from scheduler_bridge.cache import RETIRE_AFTER_S
 from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
 from scheduler_bridge.queries import SNAPSHOT_QUERY
 from scheduler_bridge.schema import pool_summary_schema
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series, series
+from tests.scheduler_bridge.canned import CannedPrometheus, Series, pool_series, series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
 from tests.support.prometheus import free_port
 
@@ -94,6 +97,50 @@ async def test_one_pool_is_the_same_summary(canned: CannedPrometheus,
     assert await resp.json() == every["a"]
     missing = await get_json(bridge, "/v1/pool_resources/nope", 404)
     assert "unknown proxy_id" in missing["error"]
+
+
+
+async def test_the_bridge_asks_prometheus_for_an_uncompressed_answer(
+        canned: CannedPrometheus, make_bridge: MakeBridge) -> None:
+    """On the loopback / LAN hop gzip costs both ends more CPU than the bytes it saves,
+    and the raw query the benchmark compares with is read uncompressed too."""
+    canned.vector = pool_series("a")
+    bridge = await make_bridge(canned.url, query_shards=2)
+    await get_json(bridge, POOLS)
+    assert canned.accept_encodings == ["identity", "identity"]
+
+
+async def test_refreshes_with_other_values_serve_what_a_fresh_bridge_serves(
+        canned: CannedPrometheus, make_bridge: MakeBridge, clock: FakeClock) -> None:
+    """Later refreshes read only the values while the series stay the same (enough
+    pools for that: 120 series); they serve exactly what a first read serves."""
+    def fleet(value: str, pools: str = "abcd", **labels: str) -> list[Series]:
+        return [s for p in pools for s in pool_series(p, value=value, **labels)]
+
+    changes = [fleet("1"), fleet("0"), fleet("NaN"), fleet("2", "abcde"), fleet("3", "abcde"),
+               fleet("3", "abcde", source="nvml"), fleet("4", "abcde", source="nvml")]
+    bridge = await make_bridge(canned.url, cache_ttl_s=0.0)
+    for vector in changes:
+        canned.vector = vector
+        clock.now += 1
+        served = (await get_json(bridge, POOLS))["pools"]
+        first_read = (await get_json(await make_bridge(canned.url), POOLS))["pools"]
+        assert served == first_read
+    assert served["e"]["metric_source"]["resource"] == "nvml"
+    assert served["e"]["load"]["inflight_total"] == 4.0
+
+
+
+async def test_a_replaced_snapshot_is_freed_only_after_its_successor_is_served(
+        canned: CannedPrometheus, make_bridge: MakeBridge) -> None:
+    canned.vector = pool_series("a")
+    bridge = await make_bridge(canned.url, cache_ttl_s=0.0)
+    cache = bridge.http.app[CACHE]
+    first = weakref.ref((await cache.get()).snapshot)
+    await get_json(bridge, POOLS)  # a refresh replaces it
+    assert first() is not None
+    await asyncio.sleep(RETIRE_AFTER_S * 4)
+    assert first() is None
 
 
 HOSTILE = ['a"b', "a{b}", 'x=~".+"', "a\nb", "a\n", "ünïcode", "a b", "a'b", "x" * 129,
