@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.rollup_target import rollup_target
 from bench.scheduler_bridge import ROUTE, bridge_process, fleet, wait_for_series
+from bench.teardown import unwind_on_sigterm
 from tests.support.prometheus import (
     Prometheus,
     running_prometheus,
@@ -260,4 +261,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from bench.teardown import unwind_on_sigterm
 from tests.support.prometheus import free_port, stop_group, wait_http
 from tests.support.static_http import serving_fixture
 
@@ -155,4 +156,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

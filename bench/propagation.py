@@ -43,6 +43,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.teardown import unwind_on_sigterm
 from deploy.demo.cluster import Cluster, Pool
 from exporters.common.catalog import PROXY_INSTANCE_INFLIGHT
 from scheduler_bridge.fields import FIELDS
@@ -322,4 +323,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

@@ -48,6 +48,7 @@ from typing import Any
 import psutil
 import yaml
 
+from bench.teardown import unwind_on_sigterm
 from tests.support.prometheus import (
     REPO,
     Prometheus,
@@ -351,4 +352,5 @@ def _set_name(directory: Path, dirs: Sequence[Path]) -> str:
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

@@ -10,13 +10,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from bench.teardown import unwind_on_sigterm
+
 BENCHMARKS = (
     ("bench.instance_exporter",),
     ("bench.rules_eval", "--instances", "1000,4000,16000"),
     ("bench.scheduler_bridge", "--pools", "10,100,1000"),
     ("bench.bridge_load", "--clients", "200", "--duration", "30"),
     ("bench.exporter_scrape_load",),
-    ("bench.propagation", "--samples", "20"),
+    ("bench.propagation", "--samples", "20", "--backends", "single,federated,victoria"),
 )
 
 
@@ -24,12 +26,19 @@ def main() -> int:
     failed = []
     for module, *args in BENCHMARKS:
         print(f"\n## {module} {' '.join(args)}\n", flush=True)
-        if subprocess.run([sys.executable, "-m", module, *args], check=False).returncode:
-            failed.append(module)
+        bench = subprocess.Popen([sys.executable, "-m", module, *args])
+        try:
+            if bench.wait():
+                failed.append(module)
+        except SystemExit:  # pass a SIGTERM on, so the benchmark stops what it started
+            bench.terminate()
+            bench.wait()
+            raise
     if failed:
         print(f"missed a target or failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

@@ -36,6 +36,7 @@ import aiohttp
 import psutil
 
 from bench.rollup_target import Series, rollup_target, series
+from bench.teardown import unwind_on_sigterm
 from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
 from scheduler_bridge.queries import SNAPSHOT_QUERY
 from tests.support.prometheus import (
@@ -232,4 +233,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

@@ -1,0 +1,45 @@
+"""A benchmark killed by `timeout` must still stop the servers it started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.teardown import EXIT_ON_SIGTERM
+
+REPO = Path(__file__).resolve().parents[2]
+# A stand-in benchmark: one child in its own session, stopped by a slow `finally`.
+SCRIPT = """
+import subprocess, sys, time
+from bench.teardown import unwind_on_sigterm
+unwind_on_sigterm()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                         start_new_session=True)
+print(child.pid, flush=True)
+try:
+    time.sleep(60)
+finally:
+    time.sleep(0.5)  # stopping Prometheus takes a while
+    child.terminate()
+    child.wait()
+"""
+
+
+def test_sigterm_unwinds_and_stops_the_children() -> None:
+    """Signalled twice, as `timeout` does (the child, then its process group)."""
+    bench = subprocess.Popen([sys.executable, "-c", SCRIPT], cwd=REPO,
+                             stdout=subprocess.PIPE, text=True)
+    assert bench.stdout is not None
+    child = psutil.Process(int(bench.stdout.readline()))
+    bench.terminate()
+    time.sleep(0.2)
+    bench.terminate()
+    assert bench.wait(timeout=30) == EXIT_ON_SIGTERM
+    deadline = time.monotonic() + 10
+    while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the child outlived its benchmark"
+        time.sleep(0.05)
