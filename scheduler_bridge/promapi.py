@@ -126,8 +126,10 @@ class PrometheusAPI:
 
     async def _query_one(self, url: str, name: str, promql: str, at: float) -> Vector:
         # Prometheus keeps millisecond precision; sending exactly that keeps the
-        # evaluation time we report identical to the one it used.
-        params = {"query": promql, "time": f"{at:.3f}"}
+        # evaluation time we report identical to the one it used. VictoriaMetrics
+        # answers a query near now as of `now - latencyOffset` yet labels it with the
+        # time asked; `nocache=1` makes it evaluate at that time (Prometheus ignores it).
+        params = {"query": promql, "time": f"{at:.3f}", "nocache": "1"}
         try:
             async with self._session.get(f"{url}/api/v1/query", params=params,
                                          timeout=self._timeout) as resp:

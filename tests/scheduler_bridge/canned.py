@@ -50,6 +50,7 @@ class CannedPrometheus:
     vector: list[Series] = field(default_factory=list)
     queries: list[tuple[str, str]] = field(default_factory=list)  # (promql, time)
     accept_encodings: list[str | None] = field(default_factory=list)  # per query
+    nocache: list[str | None] = field(default_factory=list)  # per query
     fail_status: int | None = None  # answer every query with this API error
     fail_matching: str | None = None  # ... or only queries containing this text
     gate: asyncio.Event | None = None  # hold answers until set
@@ -76,6 +77,7 @@ class CannedPrometheus:
         promql, at = str(params.get("query", "")), str(params.get("time", ""))
         self.queries.append((promql, at))
         self.accept_encodings.append(request.headers.get("Accept-Encoding"))
+        self.nocache.append(params.get("nocache"))
         if self.gate is not None:
             await self.gate.wait()
         if self.fail_status is not None or (self.fail_matching or "\0") in promql:

@@ -110,6 +110,16 @@ async def test_the_bridge_asks_prometheus_for_an_uncompressed_answer(
     assert canned.accept_encodings == ["identity", "identity"]
 
 
+async def test_the_bridge_asks_to_be_answered_at_the_time_it_names(
+        canned: CannedPrometheus, make_bridge: MakeBridge) -> None:
+    """VictoriaMetrics would otherwise answer as of `now - latencyOffset`, labelled with
+    the time the bridge asked for: a snapshot older than its `generated_at` says."""
+    canned.vector = pool_series("a")
+    bridge = await make_bridge(canned.url, query_shards=2)
+    await get_json(bridge, POOLS)
+    assert canned.nocache == ["1", "1"]
+
+
 async def test_refreshes_with_other_values_serve_what_a_fresh_bridge_serves(
         canned: CannedPrometheus, make_bridge: MakeBridge, clock: FakeClock) -> None:
     """Later refreshes read only the values while the series stay the same (enough
