@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,10 +121,25 @@ async def run(args: argparse.Namespace, token: str | None, out: TextIO) -> int:
 
 
 async def _watch(client: SchedulerBridgeClient, args: argparse.Namespace, out: TextIO) -> int:
-    """Redraw until Ctrl-C or --count; the exit code is the last read's."""
+    """Redraw until Ctrl-C or --count; the exit code is the last read's.
+
+    Ctrl-C sets a flag the loop checks between frames rather than cancelling the read
+    in flight: a cancellation that meets the HTTP client's own timeout can come out as
+    a timeout, a failed read, and a watch that never ends."""
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stopped.set)
+    try:
+        return await _redraw(client, args, out, stopped)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _redraw(client: SchedulerBridgeClient, args: argparse.Namespace, out: TextIO,
+                  stopped: asyncio.Event) -> int:
     clear = CLEAR if out.isatty() and not args.json else ""
     shown = 0
-    while True:
+    while not stopped.is_set():
         try:
             frame, code = render(await read_view(client, args.bridge_url), args.json, out), 0
         except ReadFailed as e:
@@ -136,7 +152,9 @@ async def _watch(client: SchedulerBridgeClient, args: argparse.Namespace, out: T
         shown += 1
         if args.count is not None and shown >= args.count:
             return code
-        await asyncio.sleep(args.watch)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), args.watch)
+    return 0  # Ctrl-C: the user chose to stop, nothing failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
