@@ -156,12 +156,6 @@ def _sample_rules(prom: Prometheus, result: Result, seen: dict[str, str]) -> Non
             result.rule_seconds.setdefault(key, []).append(rule["evaluationTime"])
 
 
-def _cpu_cores(process: psutil.Process, seconds: float) -> float:
-    start = _cpu_seconds(process)
-    time.sleep(seconds)
-    return (_cpu_seconds(process) - start) / seconds
-
-
 def _drop_rules(prom: Prometheus) -> None:
     """Reload Prometheus with the same scrape jobs and no rule files."""
     path = prom.workdir / "prometheus.yml"
