@@ -55,8 +55,13 @@ def value_at(prom: Prometheus, promql: str, at: float) -> dict[str, float]:
 # Each rollup against the raw expression it stands for, evaluated at the very
 # timestamp Prometheus stored the rollup with, and the raw series it reads.
 RAW = {
-    "proxy_pool:instances:count": ("count by (proxy_id) (poolscope_proxy_instance_registered)",
-                                   ("poolscope_proxy_instance_registered",)),
+    # A Proxy whose collector read an empty registry counts a measured 0; the
+    # demo's Proxies start empty, so that branch is live for the first seconds.
+    "proxy_pool:instances:count": (
+        "count by (proxy_id) (poolscope_proxy_instance_registered == 1)"
+        ' or on (proxy_id) 0 * group by (proxy_id)'
+        ' (poolscope_proxy_collector_success{collector="proxy"} == 1)',
+        ("poolscope_proxy_instance_registered", "poolscope_proxy_collector_success")),
     "proxy_pool:inflight_requests:sum": (
         "sum by (proxy_id) (poolscope_proxy_instance_inflight_requests)",
         ("poolscope_proxy_instance_inflight_requests",)),

@@ -19,8 +19,9 @@ from bench.teardown import unwind_on_sigterm
 unwind_on_sigterm()
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                          start_new_session=True)
-print(child.pid, flush=True)
 try:
+    # Inside the `try`: a SIGTERM may arrive as soon as the pid is read.
+    print(child.pid, flush=True)
     time.sleep(60)
 finally:
     time.sleep(0.5)  # stopping Prometheus takes a while
@@ -35,11 +36,28 @@ def test_sigterm_unwinds_and_stops_the_children() -> None:
                              stdout=subprocess.PIPE, text=True)
     assert bench.stdout is not None
     child = psutil.Process(int(bench.stdout.readline()))
-    bench.terminate()
-    time.sleep(0.2)
-    bench.terminate()
-    assert bench.wait(timeout=30) == EXIT_ON_SIGTERM
-    deadline = time.monotonic() + 10
-    while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the child outlived its benchmark"
+    try:
+        bench.terminate()
+        time.sleep(0.2)
+        bench.terminate()
+        assert bench.wait(timeout=30) == EXIT_ON_SIGTERM
+        assert _ended(child, within=10), "the child outlived its benchmark"
+    finally:
+        if _running(child):
+            child.kill()
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _ended(proc: psutil.Process, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while _running(proc):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
+    return True
