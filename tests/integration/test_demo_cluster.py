@@ -34,8 +34,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def prom(cluster: Cluster) -> Prometheus:
     prom = Prometheus(cluster.prometheus_url, cluster.workdir)
-    # QPS needs two counter samples inside its window, and load needs traffic.
-    prom.wait_for('count(proxy_pool:requests:rate1m > 0) == 2', timeout=90)
+    # Settled: both Instances of both pools registered with fresh host data (the
+    # Proxies start with empty registries), and QPS has two counter samples in
+    # its window and traffic behind it.
+    prom.wait_for("count(proxy_pool:instances_with_resource:count == 2) == 2", timeout=90)
+    prom.wait_for("count(proxy_pool:requests:rate1m > 0) == 2", timeout=90)
     return prom
 
 
