@@ -15,21 +15,32 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Ports this process handed out lately. With SO_REUSEADDR the kernel may pick the
+# same free port twice in a row, and children started together (each port picked
+# before any of them binds) would then collide; a few hundred covers any one start.
+_HANDED_OUT: deque[int] = deque(maxlen=512)
+_TRIES = 100
+
 
 def port_or_free(preferred: int, host: str = "127.0.0.1") -> int:
-    """`preferred` when it can be bound now, else a free port the kernel picks."""
-    for candidate in (preferred, 0) if preferred else (0,):
+    """`preferred` when it can be bound now, else a free port the kernel picks; never
+    one this process handed out a moment ago."""
+    for candidate in [preferred] * bool(preferred) + [0] * _TRIES:
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, candidate))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
-    raise OSError("no free port")  # unreachable: port 0 always binds
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
+    raise OSError(f"no free port on {host}")
 
 
 @dataclass

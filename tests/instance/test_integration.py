@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.polling import eventually
 from tests.support.prometheus import (
     binary,
     free_port,
@@ -62,10 +63,16 @@ def test_prometheus_receives_engine_series_with_identity_labels(
         assert prom.targets_up() == {exporter: 1.0}
 
 
-def test_promtool_check_metrics_is_clean(exporter: str) -> None:
+def scrape(exporter: str) -> bytes:
     with urllib.request.urlopen(f"http://{exporter}/metrics", timeout=10) as r:
-        text = r.read()
-    assert b"poolscope_engine_requests_running" in text
+        return bytes(r.read())
+
+
+def test_promtool_check_metrics_is_clean(exporter: str) -> None:
+    # The exporter serves before its first engine read is in: wait for that sample.
+    text = eventually(lambda: scrape(exporter),
+                      lambda t: b"poolscope_engine_requests_running" in t, 10,
+                      "the first engine sample on /metrics")
     result = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
                             capture_output=True, timeout=60, text=False)
     assert result.returncode == 0, (result.stdout + result.stderr).decode()

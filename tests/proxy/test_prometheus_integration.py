@@ -43,7 +43,10 @@ async def proxy_url(tmp_path: Path) -> AsyncIterator[str]:
     log = (tmp_path / "proxy.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "deploy.demo.proxy", "--proxy-id", "pool-a",
-         "--listen", f"127.0.0.1:{port}", "--prepare-ms-mean", "5"],
+         "--listen", f"127.0.0.1:{port}", "--prepare-ms-mean", "5",
+         # The Instance registers once and never beats: it must stay alive for as
+         # long as Prometheus takes to start and scrape twice on a busy machine.
+         "--heartbeat-timeout", "600"],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -113,16 +113,24 @@ def fresh_with_pool(result: tuple[int, Any]) -> bool:
 
 def test_prometheus_restart_stale_then_503_then_recovers_in_one_refresh(stack: Stack) -> None:
     eventually(lambda: pools(stack.bridge_a), fresh_with_pool, BOUND_S, "bridge A fresh")
-    try:
-        stack.a.stop()
-        seen: list[tuple[int, Any]] = []
+    seen: list[tuple[int, Any]] = []
 
-        def probe() -> int:
+    def probe_until_503() -> None:
+        # Probing starts before the stop: Prometheus' own shutdown may take most of
+        # the stale window on a busy machine, and the stale phase is inside it.
+        deadline = time.monotonic() + STALE_AFTER_S + BOUND_S
+        while time.monotonic() < deadline:
             seen.append(pools(stack.bridge_a))
-            return seen[-1][0]
+            if seen[-1][0] == 503:
+                return
+            time.sleep(0.1)
 
-        eventually(probe, lambda status: status == 503, STALE_AFTER_S + BOUND_S,
-                   "503 once the last snapshot is older than --stale-after")
+    prober = threading.Thread(target=probe_until_503)
+    try:
+        prober.start()
+        stack.a.stop()
+        prober.join()
+        assert seen[-1][0] == 503, f"still {seen[-1]} past --stale-after"
         # fresh -> the last snapshot marked stale, with its age -> 503; never back.
         phase = [0 if s == 200 and not b["stale"] else 1 if s == 200 else 2 for s, b in seen]
         assert phase == sorted(phase) and 1 in phase, [(s, b.get("stale")) for s, b in seen]
@@ -131,10 +139,12 @@ def test_prometheus_restart_stale_then_503_then_recovers_in_one_refresh(stack: S
         error = seen[-1][1]
         assert error["backends"][0]["cause"] == "connect", error
     finally:
+        prober.join()
         stack.a.start_again()
-    time.sleep(CACHE_TTL_S)  # a failed refresh is remembered for one TTL, by design
-    status, body = pools(stack.bridge_a)
-    assert status == 200 and body["stale"] is False, body
+    # By itself, with no restart of the bridge: the next refresh after the one
+    # failure it remembers for a TTL (by design) answers fresh again.
+    eventually(lambda: pools(stack.bridge_a), fresh_with_pool, BOUND_S,
+               "bridge A fresh again once Prometheus is back")
 
 
 def bridge_queries(bridge: str) -> dict[tuple[str, str], float]:
@@ -165,6 +175,7 @@ def test_ha_pair_losing_its_primary_loses_no_response(stack: Stack) -> None:
     thread.start()
     try:
         time.sleep(CACHE_TTL_S * 2)
+        before_kill = len(answers)
         stack.a.stop(signal.SIGKILL)
         b = stack.b.url.rstrip("/")
         eventually(lambda: bridge_queries(stack.bridge_ab).get((b, "queries"), 0),
@@ -174,7 +185,8 @@ def test_ha_pair_losing_its_primary_loses_no_response(stack: Stack) -> None:
         thread.join()
         stack.a.start_again()
     failed = [a for a in answers if a != (200, False)]
-    assert len(answers) > 20 and failed == [], failed
+    assert before_kill > 0 and len(answers) - before_kill >= 3, (before_kill, len(answers))
+    assert failed == [], failed
     assert bridge_queries(stack.bridge_ab)[(stack.a.prom.url.rstrip("/"), "errors")] >= 1
 
 

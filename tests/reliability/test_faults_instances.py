@@ -179,10 +179,13 @@ def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: S
         lambda t: all(count == 2 for _, count in t[1]), SHORT_BOUND_S,
         "an evaluation over the two survivors")
     assert any(rolled == pytest.approx(total / count) for total, count in seen), (rolled, seen)
-    # Nothing the kill touched became a zero: known values stay or turn null.
+    # Nothing the kill touched became a zero: known values stay or turn null. (Not
+    # the network rates: every exporter here reads this host's NICs, whose traffic
+    # may really stop for the minute in between.)
     fabricated = {path: (before_v, fields_of(after)[path])
                   for path, before_v in fields_of(before).items()
-                  if fields_of(after)[path] == 0 and before_v != 0}
+                  if fields_of(after)[path] == 0 and before_v != 0
+                  and not path.startswith("utilization.network_")}
     assert fabricated == {}
     lost = {p for p, v in fields_of(after).items() if v is None} - {
         p for p, v in fields_of(before).items() if v is None}
@@ -227,8 +230,9 @@ def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
         for iid, (_mode, reason) in FAULTS.items():
             counted = {r for (i, r), v in errors.items() if i == iid and v > before.get((i, r), 0)}
             assert reason in counted, (iid, before, errors)
-        assert vector(prom, 'poolscope_engine_requests_running{proxy_id="p-engine"}').keys() \
-            == {"e4"}
+        # e4's own read can time out on a busy machine and drop it from one scrape.
+        eventually(lambda: vector(prom, 'poolscope_engine_requests_running{proxy_id="p-engine"}'),
+                   lambda v: v.keys() == {"e4"}, SHORT_BOUND_S, "only e4 reports engine load")
         # The pool's engine fields now stand on e4 alone; host fields on all four.
         for rollup, raw in (
                 ("proxy_pool:engine_requests_running:sum", "poolscope_engine_requests_running"),
@@ -280,8 +284,10 @@ def test_failing_gpu_is_unhealthy_and_neither_used_nor_free(stack: Stack) -> Non
         eventually(lambda: scalar(prom, 'proxy_pool:gpu_memory_used:ratio{proxy_id="p-gpu"}'),
                    lambda v: v == pytest.approx(10 / 80), SHORT_BOUND_S,
                    "memory ratio over the healthy GPU only")
-        assert scalar(prom, 'proxy_pool:gpu_memory_total_bytes:sum{proxy_id="p-gpu"}') == \
-            80 * GIB  # the failing GPU's memory is not free capacity
+        # The failing GPU's memory is not free capacity. (Polled: Prometheus commits
+        # each rule of a group on its own, so the ratio can move before the total.)
+        eventually(lambda: scalar(prom, 'proxy_pool:gpu_memory_total_bytes:sum{proxy_id="p-gpu"}'),
+                   lambda v: v == 80 * GIB, SHORT_BOUND_S, "memory total of the healthy GPU")
         errors = vector(prom, 'poolscope_collector_errors_total'
                               '{proxy_id="p-gpu",collector="gpu"}', by="reason")
         assert errors["nvml_read"] >= 1

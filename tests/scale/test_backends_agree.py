@@ -91,9 +91,12 @@ def test_global_prometheus_holds_only_region_labelled_pool_rollups(stacks: Stack
     names = {s["metric"]["__name__"] for s in glob.query(
         '{job="poolscope-federate",__name__!~"up|scrape_.+"}')}
     assert names and all(n.startswith("proxy_pool:") for n in names), names
-    regions = {(s["metric"]["proxy_id"], s["metric"]["region"])
-               for s in glob.query('{__name__=~"proxy_pool:.+"}')}
-    assert regions == {("pool-1", "region-a"), ("pool-2", "region-b")}
+    # Polled: a federated sample is up to an evaluation plus a federation scrape old,
+    # against a global lookback of a few intervals; one late scrape hides a region.
+    eventually(lambda: {(s["metric"]["proxy_id"], s["metric"]["region"])
+                        for s in glob.query('{__name__=~"proxy_pool:.+"}')},
+               lambda r: r == {("pool-1", "region-a"), ("pool-2", "region-b")}, 15,
+               "each pool's rollups under its own region")
     # The global one runs no rules: every rollup it holds came from a region.
     assert glob._get("/api/v1/rules", {})["groups"] == []
 
@@ -168,7 +171,7 @@ def test_dead_region_goes_absent_on_the_global_prometheus(stacks: Stacks) -> Non
     # Runs last: it stops region-b for good.
     glob = Prometheus(stacks.federation.global_url, stacks.cluster.workdir)
     region_b = 'proxy_pool:instances:count{region="region-b"}'
-    assert glob.query(region_b)
+    eventually(lambda: glob.query(region_b), bool, 15, "region-b's rollups before the stop")
     stop_group(stacks.federation.regions["region-b"].process)
     # No staleness markers for federated samples (they carry their own timestamps):
     # the series go when their last timestamp is older than the global lookback.
