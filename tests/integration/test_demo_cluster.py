@@ -35,9 +35,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def prom(cluster: Cluster) -> Prometheus:
     prom = Prometheus(cluster.prometheus_url, cluster.workdir)
     # Settled: both Instances of both pools registered with fresh host data (the
-    # Proxies start with empty registries), and QPS has two counter samples in
-    # its window and traffic behind it.
+    # Proxies start with empty registries), a CPU reading (it needs two host
+    # samples), and QPS with two counter samples in its window and traffic behind it.
     prom.wait_for("count(proxy_pool:instances_with_resource:count == 2) == 2", timeout=90)
+    for rollup in RAW:
+        prom.wait_for(f"count({rollup}) == 2", timeout=90)
     prom.wait_for("count(proxy_pool:requests:rate1m > 0) == 2", timeout=90)
     return prom
 
