@@ -34,7 +34,9 @@ from exporters.common import catalog
 from exporters.common.catalog import Family
 
 # Label values for every non-identity label the catalog uses. GPU labels are
-# expanded together (one GPU has one uuid and one model).
+# expanded together (one GPU has one uuid and one model); a family with a
+# `gpu_model` but no `gpu_uuid` is a per-Instance aggregate over the GPUs of
+# that model, one set per Instance (every simulated GPU is one model).
 GPU_MODEL = "H100"
 OTHER_LABELS: dict[str, Sequence[str]] = {
     "device": ("eth0",),
@@ -43,6 +45,7 @@ OTHER_LABELS: dict[str, Sequence[str]] = {
     "state": catalog.ADMISSION_STATES,
     "outcome": catalog.OUTCOMES,
     "queue": catalog.QUEUES,
+    "health": catalog.GPU_HEALTH,
 }
 GPU_LABELS = frozenset(catalog.GPU_LABELS)
 BUCKETS = ("0.1", "0.5", "1", "5", "10", "+Inf")
@@ -73,6 +76,13 @@ GAUGES: dict[str, float] = {
     catalog.COLLECTOR_DURATION.name: 0.01,
     catalog.PROXY_COLLECTOR_DURATION.name: 0.001,
 }
+# The per-Instance GPU aggregates, consistent with the per-GPU values above:
+# every simulated GPU is healthy, so a sum is `gpus` times the per-GPU value.
+GPU_SUMS: dict[str, str] = {
+    catalog.INSTANCE_GPU_UTILIZATION_SUM.name: catalog.GPU_UTILIZATION.name,
+    catalog.INSTANCE_GPU_MEMORY_USED_SUM.name: catalog.GPU_MEMORY_USED.name,
+    catalog.INSTANCE_GPU_MEMORY_TOTAL_SUM.name: catalog.GPU_MEMORY_TOTAL.name,
+}
 COUNTER_RATE = 10.0  # per second, every counter series
 STATE = "accepting"
 
@@ -99,19 +109,30 @@ def _label_sets(family: Family, identity: dict[str, str], gpus: int) -> Iterator
     if unknown:
         raise ValueError(f"{family.name}: the fleet has no values for labels {unknown}")
     gpu_sets: list[dict[str, str]] = [{}]
-    if GPU_LABELS & set(family.labels):
+    if "gpu_uuid" in family.labels:
         gpu_sets = [{"gpu": str(g), "gpu_uuid": f"GPU-{identity.get('instance_id', '')}-{g}",
                      "gpu_model": GPU_MODEL} for g in range(gpus)]
+    elif "gpu_model" in family.labels:
+        gpu_sets = [{"gpu_model": GPU_MODEL}] if gpus else []
     for gpu in gpu_sets:
         for combo in itertools.product(*(OTHER_LABELS[n] for n in extra)):
             yield {**identity, **gpu, **dict(zip(extra, combo, strict=True))}
 
 
-def _gauge(family: Family, labels: dict[str, str], start: float) -> tuple[float, float]:
+def _gauge(family: Family, labels: dict[str, str], gpus: int,
+           start: float) -> tuple[float, float]:
     if family.name.endswith("_timestamp_seconds"):
         return start, 1.0
     if family is catalog.INSTANCE_ADMISSION_STATE:
         return (1.0 if labels["state"] == STATE else 0.0), 0.0
+    if family is catalog.GPU_DEVICES:
+        return float(gpus), 0.0
+    if family is catalog.INSTANCE_GPUS:
+        return (float(gpus) if labels["health"] == "healthy" else 0.0), 0.0
+    if family is catalog.INSTANCE_GPU_UTILIZATION_MAX:
+        return GAUGES[catalog.GPU_UTILIZATION.name], 0.0
+    if family.name in GPU_SUMS:
+        return gpus * GAUGES[GPU_SUMS[family.name]], 0.0
     return GAUGES.get(family.name, 1.0), 0.0
 
 
@@ -120,7 +141,7 @@ def _samples(family: Family, identity: dict[str, str], gpus: int,
     for labels in _label_sets(family, identity, gpus):
         text = _label_text(family, labels)
         if family.kind == "gauge":
-            yield Sample(f"{family.name}{{{text}}} ", *_gauge(family, labels, start))
+            yield Sample(f"{family.name}{{{text}}} ", *_gauge(family, labels, gpus, start))
         elif family.kind == "counter":
             yield Sample(f"{family.name}{{{text}}} ", 0.0, COUNTER_RATE)
         else:

@@ -66,8 +66,16 @@ _ALIVE = "poolscope_proxy_instance_alive (proxy exporter, heartbeat timeout)"
 _HOST = "poolscope_collector_sample_age_seconds{collector=\"host\"} (instance exporter)"
 _CPU = "poolscope_host_cpu_utilization_ratio (instance exporter, psutil)"
 _MEM = "poolscope_host_memory_used_bytes / _total_bytes (instance exporter, psutil)"
-_GPU = "poolscope_gpu_utilization_ratio (instance exporter, NVML), healthy GPUs only"
-_GPU_MEM = "poolscope_gpu_memory_used_bytes / _total_bytes (instance exporter, NVML)"
+# The GPU rollups read the Instance exporter's per-model aggregates of its healthy
+# GPUs (the per-GPU poolscope_gpu_* series are for drill-down, not for rules).
+_GPU_AVG = ("poolscope_instance_gpu_utilization_ratio_sum / "
+            "poolscope_instance_gpus{health=\"healthy\"} (instance exporter, NVML: "
+            "each host's healthy GPUs summed per model), weighted per GPU")
+_GPU_MAX = ("poolscope_instance_gpu_utilization_ratio_max (instance exporter, NVML: "
+            "the busiest healthy GPU per model on each host)")
+_GPU_MEM = ("poolscope_instance_gpu_memory_used_bytes_sum / "
+            "poolscope_instance_gpu_memory_total_bytes_sum (instance exporter, NVML: "
+            "each host's healthy GPUs summed per model)")
 _NET = "poolscope_host_network_{}_bytes_total (instance exporter, psutil), rate over 1m"
 _QUEUE = "poolscope_proxy_queue_depth{{queue=\"{}\"}} (proxy exporter, queue read live)"
 _NO_PROXY = "the Proxy exporter is not scraped"
@@ -134,9 +142,9 @@ FIELDS: tuple[Field, ...] = (
     Field("utilization.memory_used_ratio", "proxy_pool:memory_used:ratio",
           Classification.MEASURED, _MEM, _NO_RESOURCE, group="resource"),
     Field("utilization.gpu_util_avg", "proxy_pool:gpu_utilization:avg",
-          Classification.MEASURED, _GPU, _NO_GPU, scale=PERCENT, group="resource"),
+          Classification.MEASURED, _GPU_AVG, _NO_GPU, scale=PERCENT, group="resource"),
     Field("utilization.gpu_util_max", "proxy_pool:gpu_utilization:max",
-          Classification.MEASURED, _GPU, _NO_GPU, scale=PERCENT, group="resource"),
+          Classification.MEASURED, _GPU_MAX, _NO_GPU, scale=PERCENT, group="resource"),
     Field("utilization.gpu_mem_used_ratio", "proxy_pool:gpu_memory_used:ratio",
           Classification.MEASURED, _GPU_MEM, _NO_GPU, group="resource"),
     Field("utilization.network_rx_mbps_total", "proxy_pool:network_receive_bytes:rate1m",
@@ -188,20 +196,22 @@ SECTIONS = ("instances", "load", "utilization", "health")
 # wired, or the GPU collector failing), so no pool can honestly get an empty object.
 GPUS_SECTION = "gpus"
 GPU_MODEL_LABEL = "gpu_model"
-_GPU_HEALTH = ("poolscope_gpu_healthy == {} (instance exporter, NVML), GPUs of registered "
-               "Instances; a NaN health read counts on neither side")
+_GPU_HEALTH = ("poolscope_instance_gpus{{health=\"{}\"}} (instance exporter, NVML: GPUs per "
+               "model whose reads {} in the last sample), registered Instances; a NaN count "
+               "is on neither side")
 _NO_GPU_HEALTH = "the model is listed but its GPUs' health could not be read"
 GPU_FIELDS: tuple[Field, ...] = (
     Field("gpus.healthy", "proxy_pool:gpus:count", Classification.DERIVED,
-          _GPU_HEALTH.format(1), _NO_GPU_HEALTH, Kind.COUNT, matchers={"health": "healthy"}),
+          _GPU_HEALTH.format("healthy", "all succeeded"), _NO_GPU_HEALTH, Kind.COUNT,
+          matchers={"health": "healthy"}),
     Field("gpus.unhealthy", "proxy_pool:gpus:count", Classification.DERIVED,
-          _GPU_HEALTH.format(0) + ": neither used nor free", _NO_GPU_HEALTH, Kind.COUNT,
-          matchers={"health": "unhealthy"}),
+          _GPU_HEALTH.format("unhealthy", "did not all succeed") + ": neither used nor free",
+          _NO_GPU_HEALTH, Kind.COUNT, matchers={"health": "unhealthy"}),
     Field("gpus.memory_total_bytes", "proxy_pool:gpu_memory_total_bytes:sum",
           Classification.MEASURED,
-          "poolscope_gpu_memory_total_bytes (instance exporter, NVML), healthy GPUs whose "
-          "memory reads are valid, registered Instances",
-          "no GPU of the model is healthy with valid memory reads"),
+          "poolscope_instance_gpu_memory_total_bytes_sum (instance exporter, NVML: healthy "
+          "GPUs summed per model), registered Instances",
+          "no GPU of the model is healthy (every one failing its reads)"),
 )
 
 

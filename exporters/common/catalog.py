@@ -99,6 +99,33 @@ GPU_POWER = _instance(
 GPU_TEMPERATURE = _instance(
     "poolscope_gpu_temperature_celsius", "gauge", "GPU core temperature.", *GPU_LABELS)
 
+# Per-Instance aggregates of the GPUs above, one set per GPU model on the host:
+# what the pool rules read, so a rule reads one series per Instance and model
+# instead of one per GPU (rules cost what they read: rules/instance.yml). The
+# per-GPU series stay for drill-down. Absent with the per-GPU series (no NVML,
+# no GPU); the sums and max are absent too for a model with no healthy GPU,
+# since an unhealthy GPU is neither used nor free.
+GPU_HEALTH = ("healthy", "unhealthy")
+INSTANCE_GPUS = _instance(
+    "poolscope_instance_gpus", "gauge",
+    "GPUs of this model on the host, by health: healthy when every read of the GPU "
+    "succeeded in the last sample (as poolscope_gpu_healthy), else unhealthy; both "
+    "values are published for every model present.", "gpu_model", "health")
+INSTANCE_GPU_UTILIZATION_SUM = _instance(
+    "poolscope_instance_gpu_utilization_ratio_sum", "gauge",
+    "Sum of poolscope_gpu_utilization_ratio over the healthy GPUs of this model; "
+    "divided by poolscope_instance_gpus{health=\"healthy\"} it is their mean.", "gpu_model")
+INSTANCE_GPU_UTILIZATION_MAX = _instance(
+    "poolscope_instance_gpu_utilization_ratio_max", "gauge",
+    "The busiest healthy GPU of this model: max of poolscope_gpu_utilization_ratio.",
+    "gpu_model")
+INSTANCE_GPU_MEMORY_USED_SUM = _instance(
+    "poolscope_instance_gpu_memory_used_bytes_sum", "gauge",
+    "Framebuffer memory in use, summed over the healthy GPUs of this model.", "gpu_model")
+INSTANCE_GPU_MEMORY_TOTAL_SUM = _instance(
+    "poolscope_instance_gpu_memory_total_bytes_sum", "gauge",
+    "Framebuffer memory in all, summed over the healthy GPUs of this model.", "gpu_model")
+
 # --- Instance exporter: engine (source="engine:vllm" | "engine:sglang" | "engine:tgi")
 ENGINE_REQUESTS_RUNNING = _instance(
     "poolscope_engine_requests_running", "gauge",

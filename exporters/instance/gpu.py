@@ -5,7 +5,10 @@ The NVML module is a parameter so tests can hand in a fake; production uses
 collector reports `nvml_unavailable`: a host without a driver is not a host
 with idle GPUs. A GPU whose reads fail is reported unhealthy and its usage
 series go absent, since an unhealthy GPU is neither used nor free capacity;
-the other GPUs carry on.
+the other GPUs carry on. Beside the per-GPU series, each GPU model on the host
+gets per-Instance aggregates (`poolscope_instance_gpu*`) computed from the same
+held sample at scrape time: the pool rules read those, one series per model
+rather than one per GPU.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import importlib
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -54,6 +58,43 @@ class GpuReading:
 class GpuSample:
     devices: tuple[GpuReading, ...]
     read_errors: tuple[ErrorReason, ...] = ()
+
+
+# The per-model aggregates of a reading, and how each combines the healthy GPUs' values.
+_AGGREGATES: tuple[tuple[catalog.Family, Callable[[GpuReading], float | None],
+                         Callable[[Sequence[float]], float]], ...] = (
+    (catalog.INSTANCE_GPU_UTILIZATION_SUM, lambda d: d.utilization, math.fsum),
+    (catalog.INSTANCE_GPU_UTILIZATION_MAX, lambda d: d.utilization, max),
+    (catalog.INSTANCE_GPU_MEMORY_USED_SUM, lambda d: d.memory_used, math.fsum),
+    (catalog.INSTANCE_GPU_MEMORY_TOTAL_SUM, lambda d: d.memory_total, math.fsum),
+)
+HEALTHY, UNHEALTHY = catalog.GPU_HEALTH
+
+
+def _per_model(devices: Sequence[GpuReading], ids: Identity) -> Iterator[Metric]:
+    """The host's GPUs summed up per model, from the same sample as the per-GPU series.
+
+    The pool rules read these instead of every GPU (one series per Instance and
+    model, whatever the GPU count). Counts are published for both healthy and
+    unhealthy, so a 0 is measured; a model whose GPUs all fail has no sums or
+    max at all rather than a 0 that would pass for idle, empty memory.
+    """
+    by_model: dict[str, list[GpuReading]] = {}
+    for d in devices:
+        by_model.setdefault(d.identity.model, []).append(d)
+    counts = catalog.INSTANCE_GPUS.new()
+    for model, gpus in by_model.items():
+        healthy = sum(1 for d in gpus if d.healthy)
+        ids.add(counts, SOURCE, healthy, model, HEALTHY)
+        ids.add(counts, SOURCE, len(gpus) - healthy, model, UNHEALTHY)
+    yield counts
+    for family, get, combine in _AGGREGATES:
+        metric = family.new()
+        for model, gpus in by_model.items():
+            values = [v for d in gpus if d.healthy and (v := get(d)) is not None]
+            if values:
+                ids.add(metric, SOURCE, combine(values), model)
+        yield metric
 
 
 class _Unsupported(Exception):
@@ -159,6 +200,7 @@ class GpuReader:
                 if d.healthy and value is not None:
                     ids.add(metric, SOURCE, value, *d.identity.labels())
             yield metric
+        yield from _per_model(sample.devices, ids)
 
     def close(self) -> None:
         if self._initialised and self._nvml is not None:

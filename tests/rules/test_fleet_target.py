@@ -6,6 +6,7 @@ against series no exporter publishes.
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.fleet_target import Fleet
@@ -45,3 +46,39 @@ def test_each_instance_belongs_to_one_proxy_and_counters_advance() -> None:
     fleet.render(1020.0)
     after = _parse(fleet)["poolscope_proxy_requests"]
     assert all(a[2] > b[2] for a, b in zip(after, before, strict=True))
+
+
+def test_gpu_aggregates_agree_with_the_per_gpu_series() -> None:
+    """The rules read the aggregates; they must say what the fleet's GPUs say."""
+    fleet = Fleet(instances=2, proxies=1, gpus=3, start=1000.0)
+    fleet.render(1010.0)
+    parsed = _parse(fleet)
+
+    def per_instance(family: catalog.Family, **match: str) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for _, labels, value in parsed[family.name]:
+            if match.items() <= labels.items():
+                assert labels["gpu_model"] == "H100", labels
+                out.setdefault(labels["instance_id"], []).append(value)
+        return out
+
+    util = per_instance(catalog.GPU_UTILIZATION)
+    assert len(util) == 2 and all(len(v) == 3 for v in util.values())
+    assert per_instance(catalog.INSTANCE_GPUS, health="healthy") == {i: [3] for i in util}
+    assert per_instance(catalog.INSTANCE_GPUS, health="unhealthy") == {i: [0] for i in util}
+    assert [v for _, _, v in parsed[catalog.GPU_DEVICES.name]] == [3, 3]
+    for agg, raw, combine in (
+            (catalog.INSTANCE_GPU_UTILIZATION_SUM, catalog.GPU_UTILIZATION, sum),
+            (catalog.INSTANCE_GPU_UTILIZATION_MAX, catalog.GPU_UTILIZATION, max),
+            (catalog.INSTANCE_GPU_MEMORY_USED_SUM, catalog.GPU_MEMORY_USED, sum),
+            (catalog.INSTANCE_GPU_MEMORY_TOTAL_SUM, catalog.GPU_MEMORY_TOTAL, sum)):
+        expected = {i: [pytest.approx(combine(v))] for i, v in per_instance(raw).items()}
+        assert per_instance(agg) == expected, agg.name
+
+
+def test_a_gpu_less_fleet_has_no_gpu_series() -> None:
+    fleet = Fleet(instances=2, proxies=1, gpus=0, start=1000.0)
+    fleet.render(1010.0)
+    gpu_families = {f.name for f in catalog.all_families() if "gpu_model" in f.labels}
+    served = {name for name, samples in _parse(fleet).items() if samples}
+    assert gpu_families and not gpu_families & served
