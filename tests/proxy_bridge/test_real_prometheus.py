@@ -28,7 +28,7 @@ POOL = "pool-1"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with demo_cluster(tmp_path_factory.mktemp("demo"), proxies=1, instances=2, rate=4.0) as c:
         prom = Prometheus(c.prometheus_url, c.workdir)
-        # The test reads one second back: by then QPS must have two counter samples in
+        # The test reads two seconds back: by then QPS must have two counter samples in
         # its window, and every rule group (not only the load one) must have run.
         for ready in ("proxy_pool:requests:rate1m{pool} offset 2s > 0",
                       "proxy_pool:instances_with_resource:count{pool} offset 2s == 2",
@@ -38,8 +38,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 async def test_real_stack(cluster: Cluster, serve: Serve) -> None:
-    # Both bridges evaluate at the same instant, one second back so every scrape is in.
-    clock = FakeClock(round(time.time() - 1.0, 3))
+    # Both bridges evaluate at the same instant, two seconds back (as the fixture
+    # waited) so every scrape and evaluation is in, even on a busy machine.
+    clock = FakeClock(round(time.time() - 2.0, 3))
     settings = Settings(backends=(cluster.prometheus_url,), cache_ttl_s=3600.0)
     scheduler = await serve(scheduler_app(settings, registry=CollectorRegistry(), clock=clock))
     proxy = await serve(create_app(POOL, settings, registry=CollectorRegistry(), clock=clock))
