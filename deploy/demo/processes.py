@@ -29,7 +29,7 @@ _TRIES = 100
 def port_or_free(preferred: int, host: str = "127.0.0.1") -> int:
     """`preferred` when it can be bound now, else a free port the kernel picks; never
     one this process handed out a moment ago."""
-    for candidate in [preferred] * bool(preferred) + [0] * _TRIES:
+    for candidate in ([preferred] if preferred else []) + [0] * _TRIES:
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
