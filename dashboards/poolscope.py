@@ -3,8 +3,7 @@
 Pool-level panels read the `proxy_pool:*` recording rules, the same series
 the Scheduler bridge serves, so a dashboard and the Scheduler can never
 disagree. Instance-level panels read the exporters' raw series
-(exporters/common/catalog.py): the per-Instance records of rules/instance.yml
-are an implementation detail of the rollups.
+(exporters/common/catalog.py), which the rules read straight as well.
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ at the summary's evaluation time and names the cause that applies now: the Proxy
 exporter is not scraped, an Instance exporter is down, the engine is unreachable or
 does not expose the value, there is no GPU or no NVML, or the input is not wired
 (no queue capacity configured). Causes are checked in the order the data flows:
-every rollup counts the Instances the Proxy registered, so a silent Proxy explains
-every null, and per-Instance causes are grouped with the Instances they hit.
+a silent Proxy-side exporter (embedded or gateway) explains every null of a field
+only it measures, while the Instance-side fields are diagnosed per member (the
+Proxy's registered Instances, or, with no Proxy-side exporter, the Instance
+exporters that declare the pool); per-Instance causes are grouped with the
+Instances they hit.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ from enum import StrEnum
 from typing import Any
 
 from exporters.common import catalog as c
+from exporters.common.thresholds import FRESH_S
 from proxy_bridge.local import LocalView
 from proxy_bridge.local_queries import FRESHNESS_RULE
 from proxy_bridge.series import one
 from scheduler_bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field
 
-FRESH_S = 15.0  # rules/instance.yml: an older host sample is not fresh (a test keeps them equal)
 NVML_UNAVAILABLE = "nvml_unavailable"  # exporters.common.health.ErrorReason
 TGI_SOURCE = c.engine_source("tgi")
 
@@ -61,7 +64,13 @@ class Reason:
 Check = Callable[[LocalView, Field], list[Reason]]
 
 
-# --- the Proxy: every rollup's denominator --------------------------------------
+# --- the Proxy side: the fields only a Proxy-side exporter measures ----------------
+
+# Fields no Instance exporter can stand in for: a silent Proxy-side exporter is their
+# whole explanation. The others are measured per member whoever declares it.
+PROXY_SIDE = frozenset({"instances.idle", "instances.idle_unknown", "load.queue_pressure",
+                        "load.prepare_queue_depth", "load.ready_queue_depth"})
+
 
 def proxy(view: LocalView) -> list[Reason]:
     if not view.proxy_reporting:
@@ -70,13 +79,21 @@ def proxy(view: LocalView) -> list[Reason]:
             f"{t['job']}/{t['instance']}" for t in down) if down else ""
         return [Reason(Code.PROXY_EXPORTER_DOWN,
                        f"no {c.PROXY_COLLECTOR_SUCCESS.name} series for "
-                       f"proxy_id={view.proxy_id}: the Proxy exporter is down or not "
-                       f"scraped, and every pool rollup counts the Instances it registers"
-                       + where)]
-    if one(view.series.pool.get(c.PROXY_COLLECTOR_SUCCESS.name, [])) == 0:
+                       f"proxy_id={view.proxy_id}: no Proxy-side exporter (embedded Proxy "
+                       "or gateway adapter) is scraped for this pool, so what only it "
+                       "measures is unknown" + where)]
+    failed = [labels.get("collector", "") for labels, value
+              in view.series.pool.get(c.PROXY_COLLECTOR_SUCCESS.name, []) if value == 0]
+    if failed:
+        reasons = sorted({labels.get("reason", "") for labels, value
+                          in view.series.pool.get(c.PROXY_COLLECTOR_ERRORS.name, [])
+                          if value and value > 0})
+        why = f" (errors counted: {', '.join(reasons)})" if reasons else ""
+        what = ("its last read of the gateway's page failed" if "gateway" in failed
+                else "it failed to read its own state")
         return [Reason(Code.PROXY_COLLECTOR_FAILED,
-                       "the Proxy exporter is scraped but failed to read its own state "
-                       f"({c.PROXY_COLLECTOR_SUCCESS.name} == 0)")]
+                       f"the Proxy-side exporter is scraped but {what} "
+                       f"({c.PROXY_COLLECTOR_SUCCESS.name} == 0){why}")]
     if not _registered(view):
         return [Reason(Code.NO_INSTANCES, "the Proxy reports no registered Instance "
                        f"({c.PROXY_INSTANCE_REGISTERED.name} absent)")]
@@ -84,11 +101,17 @@ def proxy(view: LocalView) -> list[Reason]:
 
 
 def _registered(view: LocalView) -> list[str]:
+    """The pool's members: registered at the Proxy-side exporter, or, without one, every
+    Instance whose exporter declares the pool (self_declared)."""
+    if not view.proxy_reporting:
+        return [i for i in view.instance_ids if c.COLLECTOR_SUCCESS.name in view.series.of(i)]
     return [i for i in view.instance_ids
             if one(view.series.of(i).get(c.PROXY_INSTANCE_REGISTERED.name, [])) == 1]
 
 
 def _alive(view: LocalView) -> list[str]:
+    if not view.proxy_reporting:
+        return _registered(view)  # answering its scrapes now
     return [i for i in _registered(view)
             if one(view.series.of(i).get(c.PROXY_INSTANCE_ALIVE.name, [])) == 1]
 
@@ -311,7 +334,7 @@ def null_reasons(view: LocalView, path: str) -> list[Reason]:
         return proxy(view) or [Reason(Code.ROLLUP_ABSENT,
                                       f"no {DATA_QUALITY_ROLLUP} series for this pool "
                                       "(are the rules in rules/ loaded?)")]
-    found = proxy(view) or CHECKS[path](view, f)
+    found = (proxy(view) if path in PROXY_SIDE else []) or CHECKS[path](view, f)
     return found or [Reason(Code.ROLLUP_ABSENT,
                             f"its inputs are measured but {f.rollup} has no value for this "
                             f"pool (are the rules in rules/ loaded?); null when {f.null_when}")]

@@ -1,10 +1,12 @@
 """The few queries behind the Proxy-local view, all evaluated at one time.
 
-Three queries, whatever the pool's size: one selector for every raw series and
-per-Instance record the view reads, the queues' mean wait (a ratio of rates, which
-no selector can express), and the collector error reasons that grew recently
-(which say why a collector is failing *now*, not what it once failed on). Every
-one is confined to this pool with the validated, escaped `proxy_id` matcher.
+Four queries, whatever the pool's size: one selector for every raw series the view
+reads, the per-Instance figures the rules no longer record (a host sample's age with
+the scrape's, network rates: computed here for one pool, under names of their own),
+the queues' mean wait (a ratio of rates, which no selector can express), and the
+collector error reasons that grew recently (which say why a collector is failing
+*now*, not what it once failed on). Every one is confined to this pool with the
+validated, escaped `proxy_id` matcher.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from proxy_bridge.promql import pool_matcher
 from scheduler_bridge.summary import InstantQuery, Sample
 
 UP = "up"
-# instance.yml records the view reads: the same freshness and rates the rollups use.
+# Per-Instance figures computed by the per_instance query, named as recording rules
+# would name them (level:metric:operations), with the same arithmetic as the pool
+# rollups in rules/proxy_pool.yml.
 FRESHNESS_RULE = "instance:resource_freshness_seconds:max"
 NETWORK_RX_RULE = "instance:network_receive_bytes:rate1m"
 NETWORK_TX_RULE = "instance:network_transmit_bytes:rate1m"
@@ -27,7 +31,7 @@ NETWORK_TX_RULE = "instance:network_transmit_bytes:rate1m"
 RAW_FAMILIES: tuple[c.Family, ...] = (
     c.PROXY_INSTANCE_REGISTERED, c.PROXY_INSTANCE_ALIVE, c.PROXY_INSTANCE_HEARTBEAT_AGE,
     c.PROXY_INSTANCE_CAPACITY, c.PROXY_INSTANCE_INFLIGHT, c.PROXY_INSTANCE_IDLE,
-    c.PROXY_INSTANCE_LAST_DISPATCH, c.PROXY_COLLECTOR_SUCCESS,
+    c.PROXY_INSTANCE_LAST_DISPATCH, c.PROXY_COLLECTOR_SUCCESS, c.PROXY_COLLECTOR_ERRORS,
     c.PROXY_QUEUE_DEPTH, c.PROXY_QUEUE_CAPACITY, c.PROXY_QUEUE_OLDEST_AGE,
     c.HOST_CPU_UTILIZATION, c.HOST_MEMORY_USED, c.HOST_MEMORY_TOTAL,
     c.GPU_DEVICES, c.GPU_HEALTHY, c.GPU_UTILIZATION, c.GPU_MEMORY_USED, c.GPU_MEMORY_TOTAL,
@@ -35,8 +39,7 @@ RAW_FAMILIES: tuple[c.Family, ...] = (
     c.INSTANCE_CAPACITY, c.INSTANCE_ADMISSION_STATE,
     c.COLLECTOR_SUCCESS, c.COLLECTOR_ERRORS,
 )
-RAW_NAMES: tuple[str, ...] = (
-    *(f.name for f in RAW_FAMILIES), FRESHNESS_RULE, NETWORK_RX_RULE, NETWORK_TX_RULE, UP)
+RAW_NAMES: tuple[str, ...] = (*(f.name for f in RAW_FAMILIES), UP)
 # Names go into a regex unescaped (as in scheduler_bridge/queries.py).
 if not all(re.fullmatch(r"[a-z0-9_:]+", n) for n in RAW_NAMES):
     raise ValueError(f"a series name needs regex escaping: {RAW_NAMES}")
@@ -46,9 +49,25 @@ WAIT = c.PROXY_QUEUE_WAIT.name
 RECENT_ERRORS_WINDOW = "1m"
 
 
+def _named(name: str, expr: str) -> str:
+    return f'label_replace({expr}, "__name__", "{name}", "", "")'
+
+
+def _per_instance(pool: str) -> str:
+    age = f'{c.COLLECTOR_SAMPLE_AGE.name}{{collector="host",{pool}}}'
+    by = "max by (proxy_id, instance_id)"
+    rate = "sum by (proxy_id, instance_id) (rate({}{{{}}}[1m]) >= 0)"
+    return " or ".join((
+        _named(FRESHNESS_RULE, f"{by} (({age} >= 0) + (time() - timestamp({age})))"),
+        _named(NETWORK_RX_RULE, rate.format(c.HOST_NETWORK_RECEIVE.name, pool)),
+        _named(NETWORK_TX_RULE, rate.format(c.HOST_NETWORK_TRANSMIT.name, pool)),
+    ))
+
+
 @dataclass(frozen=True)
 class LocalQueries:
     raw: str
+    per_instance: str
     queue_wait: str
     recent_errors: str
 
@@ -57,6 +76,7 @@ class LocalQueries:
         pool = pool_matcher(proxy_id)
         return cls(
             raw=f'{{__name__=~"{"|".join(RAW_NAMES)}",{pool}}}',
+            per_instance=_per_instance(pool),
             # 0 / 0 is NaN, which parses as null: no traffic, no mean wait.
             queue_wait=(f"rate({WAIT}_sum{{{pool}}}[1m]) / rate({WAIT}_count{{{pool}}}[1m])"),
             recent_errors=(f"increase({c.COLLECTOR_ERRORS.name}{{{pool}}}"
@@ -64,7 +84,7 @@ class LocalQueries:
         )
 
     def all(self) -> tuple[str, ...]:
-        return (self.raw, self.queue_wait, self.recent_errors)
+        return (self.raw, self.per_instance, self.queue_wait, self.recent_errors)
 
 
 @dataclass(frozen=True)
@@ -80,5 +100,6 @@ class LocalSamples:
 async def read_local(query: InstantQuery, queries: LocalQueries, at: float) -> LocalSamples:
     """Every local query at `at`, or the first failure: a view missing one query's
     series would read as nulls that were never measured as such."""
-    raw, wait, errors = await asyncio.gather(*(query(q, at) for q in queries.all()))
-    return LocalSamples(at, raw, wait, errors)
+    raw, per_instance, wait, errors = await asyncio.gather(
+        *(query(q, at) for q in queries.all()))
+    return LocalSamples(at, [*raw, *per_instance], wait, errors)

@@ -27,6 +27,7 @@ class MetricSource:
     qps_1m: str = UNKNOWN
     resource: str = UNKNOWN
     queue_depth: str = UNKNOWN
+    instances: str = UNKNOWN  # membership source: proxy_registry | gateway:<name> | self_declared
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,14 @@ class Field:
 PERCENT = 100.0
 BYTES_PER_S_TO_MBPS = 8 / 1e6
 
-_REGISTRY = "poolscope_proxy_instance_registered (proxy exporter, Proxy registry)"
-_ALIVE = "poolscope_proxy_instance_alive (proxy exporter, heartbeat timeout)"
+# Membership comes from the Proxy-side exporter (the embedded Proxy's registry, else a
+# gateway adapter), else from the Instance exporters that declare the pool
+# (self_declared); metric_source.instances names which (rules/proxy_pool.yml).
+_REGISTRY = ("poolscope_proxy_pool_instances_registered (Proxy-side exporter: embedded "
+             "registry or gateway adapter), else the Instance exporters declaring the pool, "
+             "each remembered 5m after it stops answering (self_declared)")
+_ALIVE = ("poolscope_proxy_pool_instances_alive (heartbeat on time, or ready at the gateway), "
+          "else the self-declared Instance exporters answering now")
 _HOST = "poolscope_collector_sample_age_seconds{collector=\"host\"} (instance exporter)"
 _CPU = "poolscope_host_cpu_utilization_ratio (instance exporter, psutil)"
 _MEM = "poolscope_host_memory_used_bytes / _total_bytes (instance exporter, psutil)"
@@ -77,52 +83,64 @@ _GPU_MEM = ("poolscope_instance_gpu_memory_used_bytes_sum / "
             "poolscope_instance_gpu_memory_total_bytes_sum (instance exporter, NVML: "
             "each host's healthy GPUs summed per model)")
 _NET = "poolscope_host_network_{}_bytes_total (instance exporter, psutil), rate over 1m"
-_QUEUE = "poolscope_proxy_queue_depth{{queue=\"{}\"}} (proxy exporter, queue read live)"
-_NO_PROXY = "the Proxy exporter is not scraped"
-_NO_RESOURCE = "no Instance of the pool has fresh resource data"
+_QUEUE = ("poolscope_proxy_queue_depth{{queue=\"{}\"}} (Proxy-side exporter: the embedded "
+          "Proxy's queue read live, or a gateway's)")
+_NO_MEMBERS = ("no Proxy-side exporter (embedded or gateway) reports the pool and no "
+               "Instance exporter declares it")
+_NO_DISPATCH = ("only the embedded Proxy's dispatch path counts it: a gateway, or no "
+                "Proxy-side exporter, does not")
+_NO_QUEUE = ("no Proxy-side queue: not the embedded Proxy, or a gateway without one, or "
+             "one that serves several pools (llmgw's admission bands with --pool-label)")
+_NO_RESOURCE = "no member of the pool serves a fresh host sample"
 _NO_GPU = "no healthy GPU in the pool (no NVML, no GPU, or every GPU failing its reads)"
 
 FIELDS: tuple[Field, ...] = (
     # instances
     Field("instances.total", "proxy_pool:instances:count", Classification.COUNTER,
-          _REGISTRY, _NO_PROXY, Kind.COUNT),
+          _REGISTRY, _NO_MEMBERS, Kind.COUNT),
     Field("instances.alive", "proxy_pool:instances_alive:count", Classification.MEASURED,
-          _ALIVE, _NO_PROXY, Kind.COUNT),
+          _ALIVE, _NO_MEMBERS, Kind.COUNT),
     Field("instances.stale", "proxy_pool:instances_stale:count", Classification.MEASURED,
-          _ALIVE + ": registered but heartbeat timed out", _NO_PROXY, Kind.COUNT),
+          "members that are not alive: poolscope_proxy_pool_instances_stale, else "
+          "self-declared members that stopped answering (for 5m)",
+          _NO_MEMBERS + ", or its source has no per-member liveness (GIE's EPP)", Kind.COUNT),
     Field("instances.with_resource", "proxy_pool:instances_with_resource:count",
-          Classification.DERIVED, _HOST + ", registered and fresh", _NO_PROXY, Kind.COUNT),
+          Classification.DERIVED, _HOST + " <= 15 s: members with a fresh host sample",
+          _NO_MEMBERS, Kind.COUNT),
     Field("instances.missing_resource", "proxy_pool:instances_missing_resource:count",
-          Classification.DERIVED, _HOST + ": alive but no fresh resource data", _NO_PROXY,
-          Kind.COUNT),
+          Classification.DERIVED, "alive members minus those with a fresh host sample "
+          "(at least 0)", _NO_MEMBERS, Kind.COUNT),
     Field("instances.idle", "proxy_pool:instances_idle:count", Classification.DERIVED,
-          "poolscope_proxy_instance_idle_seconds (proxy exporter, dispatch path)", _NO_PROXY,
+          "poolscope_proxy_pool_instances_idle (embedded Proxy, dispatch path)", _NO_DISPATCH,
           Kind.COUNT),
     Field("instances.idle_unknown", "proxy_pool:instances_idle_unknown:count",
           Classification.DERIVED,
-          "registered Instances with no dispatch since the Proxy started", _NO_PROXY,
-          Kind.COUNT),
+          "poolscope_proxy_pool_instances_idle_unknown: members with no dispatch since the "
+          "Proxy started", _NO_DISPATCH, Kind.COUNT),
     # load
     Field("load.inflight_total", "proxy_pool:inflight_requests:sum", Classification.COUNTER,
-          "poolscope_proxy_instance_inflight_requests (proxy exporter, dispatch path)",
-          _NO_PROXY, group="load"),
+          "poolscope_proxy_pool_inflight_requests (Proxy-side exporter: dispatch path or "
+          "gateway), else the engines' running + waiting requests (source engine)",
+          "no Proxy-side exporter reports the pool and no engine of it can be read",
+          group="load"),
     Field("load.qps_1m_total", "proxy_pool:requests:rate1m", Classification.DERIVED,
-          "rate(poolscope_proxy_requests_total[1m]) (proxy exporter request counter)",
-          "the Proxy's request counter has fewer than two samples in the last minute",
+          "rate(poolscope_proxy_requests_total[1m]) (Proxy-side request counter), else "
+          "rate(poolscope_engine_request_success_total[1m]) (source engine)",
+          "no request counter of the pool has two samples in the last minute",
           group="load"),
     Field("load.load_ratio", "proxy_pool:load:ratio", Classification.DERIVED,
           "inflight_total / capacity", "inflight or capacity is unknown", group="load"),
     Field("load.capacity", "proxy_pool:capacity_requests:sum", Classification.CONFIGURED,
-          "poolscope_proxy_instance_capacity_requests (configured) or "
-          "poolscope_instance_capacity_requests (configured | learned), alive Instances",
-          "no alive Instance has a configured or learned capacity", group="load"),
+          "poolscope_proxy_pool_capacity_requests (configured at the Proxy, alive "
+          "Instances), else poolscope_instance_capacity_requests (configured | learned)",
+          "no member has a configured or learned capacity", group="load"),
     Field("load.queue_pressure", "proxy_pool:queue_pressure:ratio", Classification.DERIVED,
           "queued requests / queue capacity, prepare and ready queues together",
           "the Proxy's queues have no configured capacity", group="queue"),
     Field("load.prepare_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
-          _QUEUE.format("prepare"), _NO_PROXY, matchers={"queue": "prepare"}, group="queue"),
+          _QUEUE.format("prepare"), _NO_QUEUE, matchers={"queue": "prepare"}, group="queue"),
     Field("load.ready_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
-          _QUEUE.format("ready"), _NO_PROXY, matchers={"queue": "ready"}, group="queue"),
+          _QUEUE.format("ready"), _NO_QUEUE, matchers={"queue": "ready"}, group="queue"),
     Field("load.saturation", "proxy_pool:saturation:ratio", Classification.DERIVED,
           "max(queue_pressure, engine waiting / 5, KV-cache usage / 0.8), seed 004",
           "neither queue pressure nor engine load is known", group="load"),
@@ -182,7 +200,11 @@ METRIC_SOURCE_FIELDS: dict[str, str] = {
     "qps_1m": "load.qps_1m_total",
     "resource": "utilization.cpu_avg",
     "queue_depth": "load.prepare_queue_depth",
+    # Added to schema_version 1: where the pool's membership comes from, one of
+    # MEMBERSHIP_SOURCES (rules/proxy_pool.yml, proxy_pool:instances:count).
+    "instances": "instances.total",
 }
+MEMBERSHIP_SOURCES = ("proxy_registry", "gateway:llmgw", "gateway:gie", "self_declared")
 
 SECTIONS = ("instances", "load", "utilization", "health")
 
@@ -197,7 +219,7 @@ SECTIONS = ("instances", "load", "utilization", "health")
 GPUS_SECTION = "gpus"
 GPU_MODEL_LABEL = "gpu_model"
 _GPU_HEALTH = ("poolscope_instance_gpus{{health=\"{}\"}} (instance exporter, NVML: GPUs per "
-               "model whose reads {} in the last sample), registered Instances; a NaN count "
+               "model whose reads {} in the last sample), the pool's members; a NaN count "
                "is on neither side")
 _NO_GPU_HEALTH = "the model is listed but its GPUs' health could not be read"
 GPU_FIELDS: tuple[Field, ...] = (
@@ -210,7 +232,7 @@ GPU_FIELDS: tuple[Field, ...] = (
     Field("gpus.memory_total_bytes", "proxy_pool:gpu_memory_total_bytes:sum",
           Classification.MEASURED,
           "poolscope_instance_gpu_memory_total_bytes_sum (instance exporter, NVML: healthy "
-          "GPUs summed per model), registered Instances",
+          "GPUs summed per model), the pool's members",
           "no GPU of the model is healthy (every one failing its reads)"),
 )
 

@@ -101,7 +101,7 @@ GPU_TEMPERATURE = _instance(
 
 # Per-Instance aggregates of the GPUs above, one set per GPU model on the host:
 # what the pool rules read, so a rule reads one series per Instance and model
-# instead of one per GPU (rules cost what they read: rules/instance.yml). The
+# instead of one per GPU (rules cost what they read: docs/design.md). The
 # per-GPU series stay for drill-down. Absent with the per-GPU series (no NVML,
 # no GPU); the sums and max are absent too for a model with no healthy GPU,
 # since an unhealthy GPU is neither used nor free.
@@ -157,6 +157,14 @@ INSTANCE_ADMISSION_STATE = _instance(
     "poolscope_instance_admission_state", "gauge",
     "1 for the Instance's current admission state, 0 for the others (a state set).",
     "state")
+# The same state as one number, so a pool rule reads one series per Instance
+# (`max` is the best state any member offers) instead of five plus a join.
+ADMISSION_LEVELS: dict[str, int] = {
+    "accepting": 4, "degraded": 3, "saturated": 2, "draining": 1, "unknown": 0}
+INSTANCE_ADMISSION_LEVEL = _instance(
+    "poolscope_instance_admission_level", "gauge",
+    "The admission state as a number, higher admits more: 4 accepting, 3 degraded, "
+    "2 saturated, 1 draining, 0 unknown.")
 
 # --- Every exporter: collector health (node_exporter's pattern) ---------------
 # Per Instance exporter; the Proxy exporter has its own pair further down, since
@@ -244,14 +252,54 @@ PROXY_REQUESTS = _proxy(
     "poolscope_proxy_requests_total", "counter",
     "Requests the Proxy accepted, by final outcome "
     "(ok | error | timeout | rejected | cancelled).", "outcome")
+# Per-pool counts the Proxy-side exporter already knows at scrape time (embedded:
+# its registry; gateway: what the gateway's page says), so the pool rules sum one
+# series per pool instead of joining per-Instance ones. `source` names the
+# membership source: proxy_registry, or gateway:<name>. A count the source does
+# not measure is absent, never 0 (a gateway without per-endpoint liveness has no
+# stale count).
+POOL_INSTANCES_REGISTERED = _proxy(
+    "poolscope_proxy_pool_instances_registered", "gauge",
+    "Instances in the pool, alive or not.")
+POOL_INSTANCES_ALIVE = _proxy(
+    "poolscope_proxy_pool_instances_alive", "gauge",
+    "Instances of the pool that are alive (embedded: heartbeat on time; gateway: as "
+    "the gateway reports readiness).")
+POOL_INSTANCES_STALE = _proxy(
+    "poolscope_proxy_pool_instances_stale", "gauge",
+    "Instances of the pool that are registered but not alive.")
+POOL_INSTANCES_IDLE = _proxy(
+    "poolscope_proxy_pool_instances_idle", "gauge",
+    "Instances not dispatched to for the idle threshold (exporters.common.thresholds).")
+POOL_INSTANCES_IDLE_UNKNOWN = _proxy(
+    "poolscope_proxy_pool_instances_idle_unknown", "gauge",
+    "Instances never dispatched to since the exporter started: idle time unknown.")
+POOL_INFLIGHT = _proxy(
+    "poolscope_proxy_pool_inflight_requests", "gauge",
+    "Requests dispatched to the pool's Instances and not finished.")
+POOL_CAPACITY = _proxy(
+    "poolscope_proxy_pool_capacity_requests", "gauge",
+    "Concurrent requests configured at the Proxy for its alive Instances "
+    "(source=configured); absent when none is configured.")
 PROXY_COLLECTOR_SUCCESS = _proxy(
     "poolscope_proxy_collector_success", "gauge",
     "1 when the Proxy collector read its state, 0 when it failed.", "collector")
 PROXY_COLLECTOR_DURATION = _proxy(
     "poolscope_proxy_collector_duration_seconds", "gauge",
     "How long the Proxy collector's last read took.", "collector")
+PROXY_COLLECTOR_SAMPLE_AGE = _proxy(
+    "poolscope_proxy_collector_sample_age_seconds", "gauge",
+    "Seconds since the collector's last successful read, monotonic clock at scrape "
+    "time (gateway mode, which reads the gateway's page in the background).", "collector")
+PROXY_COLLECTOR_ERRORS = _proxy(
+    "poolscope_proxy_collector_errors_total", "counter",
+    "Failed reads by collector and reason (gateway mode).", "collector", "reason")
 
 OUTCOMES = ("ok", "error", "timeout", "rejected", "cancelled")
+# The outcome of poolscope_proxy_requests_total that a gateway adapter publishes: every
+# request the gateway counted, whatever its outcome (gateways do not split their
+# request counter by outcome, and a difference of two counters is not a counter).
+OUTCOME_ANY = "any"
 
 # The `source` label's values. A series' source says which lower-layer module
 # measured it; `derived` marks values the exporter computes from measured ones.
@@ -264,12 +312,20 @@ SOURCE_EXPORTER = "exporter"
 SOURCE_PROXY_REGISTRY = "proxy_registry"
 SOURCE_PROXY_DISPATCH = "proxy_dispatch"
 SOURCE_PROXY_QUEUE = "proxy_queue"
+SOURCE_SELF_DECLARED = "self_declared"
+SOURCE_ENGINE = "engine"
+GATEWAYS = ("llmgw", "gie")
 ENGINES = ("vllm", "sglang", "tgi")
 
 
 def engine_source(engine: str) -> str:
     """The source label of series read from an engine's own /metrics."""
     return f"engine:{engine}"
+
+
+def gateway_source(gateway: str) -> str:
+    """The source label of Proxy-side series read from a gateway's own /metrics."""
+    return f"gateway:{gateway}"
 
 
 def all_families() -> Sequence[Family]:

@@ -6,7 +6,9 @@ exporter look down (`up == 0`) and take every healthy series with it. So each
 reader runs in its own task at a fixed interval, bounded by a timeout; the
 scrape only copies the latest held sample. A failed sample drops what was held
 (measured or absent: the last good value is not re-served as if current) and
-the health board says why.
+the health board says why. A held sample older than `max_age` (the loop
+itself stalled) is not served either: what an exporter serves is fresh, so the
+recording rules need no freshness gate of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from prometheus_client.core import Metric
 
 from exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
 from exporters.common.identity import Identity
+from exporters.common.thresholds import FRESH_S
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +72,15 @@ class Slot(Generic[S]):
     # thread every tick would pile up until it starved the other collectors.
     pending: asyncio.Future[S] | None = None
 
+    max_age: float = FRESH_S
+
+    def fresh(self) -> bool:
+        """A sample is held and no older than `max_age`."""
+        age = self.health.age()
+        return self.value is not None and age is not None and age <= self.max_age
+
     def families(self, ids: Identity) -> Iterator[Metric]:
-        if self.value is not None:
+        if self.value is not None and self.fresh():
             yield from self.reader.families(self.value, ids)
 
 
@@ -96,6 +106,11 @@ class SamplingLoop:
                              timeout if timeout is not None else self.interval)
         self._slots.append(slot)  # type: ignore[arg-type]
         return slot
+
+    def fresh(self) -> tuple[bool, ...]:
+        """Which slots serve their sample: part of a cached page's key, so a sample
+        that ages past its limit leaves the page at the next scrape."""
+        return tuple(slot.fresh() for slot in self._slots)
 
     async def sample(self, slot: Slot[S]) -> None:
         """Take one sample into `slot` and record its health."""

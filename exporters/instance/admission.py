@@ -42,6 +42,7 @@ class AdmissionState(StrEnum):
 
 
 assert {s.value for s in AdmissionState} == set(catalog.ADMISSION_STATES)
+assert set(catalog.ADMISSION_LEVELS) == set(catalog.ADMISSION_STATES)
 
 
 class _Level(IntEnum):
@@ -120,3 +121,6 @@ class Admission:
             ids.add(metric, catalog.SOURCE_DERIVED, 1.0 if state is current else 0.0,
                     state.value)
         yield metric
+        level = catalog.INSTANCE_ADMISSION_LEVEL.new()
+        ids.add(level, catalog.SOURCE_DERIVED, float(catalog.ADMISSION_LEVELS[current.value]))
+        yield level

@@ -15,6 +15,7 @@ import aiohttp
 from prometheus_client.core import Metric
 
 from exporters.common import catalog
+from exporters.common.fetch import FETCH_REASONS, fetch_text
 from exporters.common.health import ErrorReason
 from exporters.common.identity import Identity
 from exporters.common.promtext import PromTextError, first_prefix, select
@@ -94,8 +95,7 @@ class EngineReader:
     """Fetches the engine's /metrics with a timeout and interprets it."""
 
     name = "engine"
-    reasons = (ErrorReason.TIMEOUT, ErrorReason.CONNECTION, ErrorReason.HTTP_STATUS,
-               ErrorReason.PARSE, ErrorReason.INVALID_VALUE)
+    reasons = (*FETCH_REASONS, ErrorReason.INVALID_VALUE)
 
     def __init__(self, url: str, engine: str = AUTO, timeout: float = 2.0) -> None:
         if engine != AUTO and engine not in MAPPINGS:
@@ -113,19 +113,7 @@ class EngineReader:
         if self._session is None:
             # Created lazily: a ClientSession must be made inside the running loop.
             self._session = aiohttp.ClientSession(timeout=self._timeout)
-        try:
-            async with self._session.get(self.url) as resp:
-                if resp.status != 200:
-                    raise SampleError(ErrorReason.HTTP_STATUS, f"HTTP {resp.status}")
-                body = await resp.read()
-        except TimeoutError as e:
-            raise SampleError(ErrorReason.TIMEOUT, f"{self.url}: no answer in time") from e
-        except aiohttp.ClientError as e:
-            raise SampleError(ErrorReason.CONNECTION, f"{self.url}: {e}") from e
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SampleError(ErrorReason.PARSE, f"not UTF-8 text: {e}") from e
+        return await fetch_text(self._session, self.url)
 
     def families(self, sample: EngineSample, ids: Identity) -> Iterator[Metric]:
         for attr, family in _FIELDS:

@@ -107,10 +107,10 @@ class InstanceExporter(Collector):
         """The families measured at scrape time: every sample's age."""
         yield from self.board.age_families(self.ids.labels(catalog.SOURCE_EXPORTER))
 
-    def round_key(self) -> tuple[int, bool]:
+    def round_key(self) -> tuple[int, bool, tuple[bool, ...]]:
         """Changes whenever `sampled_families()` could: a sample taken (or failed),
-        draining switched. The rest of their inputs is fixed at startup."""
-        return self.loop.samples_taken, self.admission.draining
+        one aged past its limit, draining switched. The rest is fixed at startup."""
+        return self.loop.samples_taken, self.admission.draining, self.loop.fresh()
 
     async def start(self) -> None:
         """First sample of everything, then sampling in the background."""

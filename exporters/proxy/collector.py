@@ -6,6 +6,12 @@ exists exactly while what it describes does — a deregistered Instance leaves
 no label set behind, a queue with nobody waiting has no oldest age, and an
 Instance never dispatched to has no idle time (unknown, not idle; seed 002).
 
+Beside the per-Instance series (drill-down, the Proxy bridge's local view) it
+publishes the pool's counts (registered, alive, stale, idle, idle unknown), its
+inflight and configured capacity as one series each: it knows them at scrape
+time, and a pool rule that sums one series per pool costs nothing per Instance
+(docs/benchmarks.md).
+
 QPS is deliberately absent: `poolscope_proxy_requests_total` is a real counter
 and Prometheus derives the rate (`rate(...[1m])`) from it.
 
@@ -22,6 +28,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporters.common import catalog as c
+from exporters.common.thresholds import IDLE_S
 from exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from exporters.proxy.dispatch import DispatchTracker
 from exporters.proxy.queues import REJECTION_REASONS, QueueMetrics
@@ -63,7 +70,40 @@ class ProxyCollector(Collector):
 
     def _read(self) -> list[Metric]:
         """Every state family, built completely before any is published."""
-        return [*self._instance_families(), *self._queue_families(), self._requests_family()]
+        return [*self._instance_families(), *self._pool_families(), *self._queue_families(),
+                self._requests_family()]
+
+    def _pool_families(self) -> Sequence[Metric]:
+        """The pool's counts, inflight and configured capacity, one series each."""
+        now = self._clock.monotonic()
+        instances = self._registry.instances()
+        alive = [i for i in instances if self._registry.is_alive(i, now)]
+        dispatched = [i.dispatch.last_dispatch_monotonic for i in instances
+                      if i.dispatch.last_dispatch_monotonic is not None]
+        counts = {
+            c.POOL_INSTANCES_REGISTERED: len(instances),
+            c.POOL_INSTANCES_ALIVE: len(alive),
+            c.POOL_INSTANCES_STALE: len(instances) - len(alive),
+            c.POOL_INSTANCES_IDLE: sum(1 for t in dispatched if now - t > IDLE_S),
+            c.POOL_INSTANCES_IDLE_UNKNOWN: len(instances) - len(dispatched),
+        }
+        idle = {c.POOL_INSTANCES_IDLE, c.POOL_INSTANCES_IDLE_UNKNOWN}
+        families = []
+        for family, count in counts.items():
+            metric = family.new()
+            source = c.SOURCE_PROXY_DISPATCH if family in idle else c.SOURCE_PROXY_REGISTRY
+            metric.add_metric((self.proxy_id, source), float(count))
+            families.append(metric)
+        inflight = c.POOL_INFLIGHT.new()
+        inflight.add_metric((self.proxy_id, c.SOURCE_PROXY_DISPATCH),
+                            float(sum(i.dispatch.inflight for i in instances)))
+        families.append(inflight)
+        configured = [i.capacity for i in alive if i.capacity is not None]
+        capacity = c.POOL_CAPACITY.new()
+        if configured:
+            capacity.add_metric((self.proxy_id, c.SOURCE_CONFIGURED), float(sum(configured)))
+        families.append(capacity)
+        return families
 
     def _instance_families(self) -> Sequence[Metric]:
         f = {fam: fam.new() for fam in (

@@ -119,9 +119,9 @@ def test_exporter_series_keep_their_labels(prometheus: Prometheus) -> None:
     assert set(labels) == IDENTITY | {"source", "collector"}
 
 
-def test_rules_join_the_scraped_series(prometheus: Prometheus) -> None:
-    [fresh] = prometheus.wait_for("instance:resource_freshness_seconds:max")
-    assert _labels(fresh) == {"proxy_id": PROXY_ID, "instance_id": INSTANCE_ID}
+def test_rules_roll_the_scraped_series_up(prometheus: Prometheus) -> None:
+    [fresh] = prometheus.wait_for("proxy_pool:resource_freshness_seconds:max")
+    assert _labels(fresh) == {"proxy_id": PROXY_ID, "source": "instance_exporter"}
 
 
 def test_proxy_is_up_and_filtered_to_poolscope_series(prometheus: Prometheus,

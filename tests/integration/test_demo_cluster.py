@@ -70,11 +70,10 @@ RAW = {
     "proxy_pool:inflight_requests:sum": (
         "sum by (proxy_id) (poolscope_proxy_instance_inflight_requests)",
         ("poolscope_proxy_instance_inflight_requests",)),
-    # Hosts with fresh data only (a host past the freshness threshold leaves the max).
+    # The exporters serve fresh host samples only, so the max is over what is scraped.
     "proxy_pool:cpu_utilization:max": (
-        "max by (proxy_id) (poolscope_host_cpu_utilization_ratio"
-        " and on (proxy_id, instance_id) (instance:resource_fresh:bool == 1))",
-        ("poolscope_host_cpu_utilization_ratio", "instance:resource_fresh:bool")),
+        "max by (proxy_id) (poolscope_host_cpu_utilization_ratio)",
+        ("poolscope_host_cpu_utilization_ratio",)),
     "proxy_pool:requests:rate1m": ("sum by (proxy_id) (rate(poolscope_proxy_requests_total[1m]))",
                                    ("poolscope_proxy_requests_total",)),
 }

@@ -1,6 +1,6 @@
 """Canned raw series of one pool, shaped like what the exporters publish (names from the
-catalog), plus a canned Prometheus that also answers the two local expressions
-(rates and increases), which no label selector can stand for."""
+catalog), plus a canned Prometheus that also answers the local expressions (the
+per-Instance figures, rates and increases), which no label selector can stand for."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from proxy_bridge.local_queries import (
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, series
 
 GiB = 2.0**30
+PER_INSTANCE = (FRESHNESS_RULE, NETWORK_RX_RULE, NETWORK_TX_RULE)
 
 
 @dataclass
@@ -156,17 +157,22 @@ class CannedPool(CannedPrometheus):
     """Selectors answered from `vector`; the local expressions from `answers`."""
 
     answers: dict[str, list[Series]] = field(default_factory=dict)
+    per_instance: dict[str, str] = field(default_factory=dict)  # query -> proxy_id
 
     def set_local(self, pid: str, instances: list[Inst], wait: list[Series] | None = None,
                   ) -> LocalQueries:
         queries = LocalQueries.for_pool(pid)
         self.answers[queries.queue_wait] = queue_wait(pid) if wait is None else wait
         self.answers[queries.recent_errors] = recent_errors(pid, instances)
+        self.per_instance[queries.per_instance] = pid
         return queries
 
     async def _query(self, request: web.Request) -> web.Response:
         promql = request.query.get("query", "")
         answer = self.answers.get(promql)
+        if promql in self.per_instance:  # the figures computed per Instance, from `vector`
+            answer = [(m, v) for m, v in self.vector if m["__name__"] in PER_INSTANCE
+                      and m.get("proxy_id") == self.per_instance[promql]]
         if answer is None or self.fail_status is not None or (
                 self.fail_matching is not None and self.fail_matching in promql):
             return await super()._query(request)

@@ -129,7 +129,7 @@ async def test_few_queries_at_one_time_whatever_the_pool_size(
         canned: CannedPool, make_bridge: MakeBridge) -> None:
     doc = await _local(canned, make_bridge, [Inst(f"i-{k}") for k in range(12)])
     assert len(doc["instances"]) == 12
-    assert len(canned.queries) == 4  # the rollups + 3 local queries
+    assert len(canned.queries) == 5  # the rollups + 4 local queries
     assert len({at for _, at in canned.queries}) == 1
 
 

@@ -8,7 +8,7 @@ import yaml
 
 from tests.support.prometheus import RULE_FILES
 
-FRESHNESS_RULE = "instance:resource_fresh:bool"
+FRESHNESS_RULE = "proxy_pool:instances_with_resource:count"
 
 
 def fresh_threshold_s() -> float:
@@ -20,6 +20,6 @@ def fresh_threshold_s() -> float:
     rules = [r for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]
              for r in g["rules"] if r.get("record") == FRESHNESS_RULE]
     assert len(rules) == 1, f"expected one {FRESHNESS_RULE} rule, found {len(rules)}"
-    threshold = re.search(r"<=\s*bool\s+(\d+(?:\.\d+)?)", rules[0]["expr"])
-    assert threshold, f"{FRESHNESS_RULE} no longer compares `<= bool N`"
+    threshold = re.search(r"<=\s*(\d+(?:\.\d+)?)", rules[0]["expr"])
+    assert threshold, f"{FRESHNESS_RULE} no longer compares `<= N`"
     return float(threshold.group(1))

@@ -1,5 +1,6 @@
-"""An engine `/metrics` stand-in that serves fixed bytes: the real exposition
-text of an engine, captured in tests/fixtures/engines/, without the engine."""
+"""An engine or gateway `/metrics` stand-in that serves fixed bytes: the real
+exposition text captured in tests/fixtures/, without the engine or gateway. A
+`Page` can be changed while it is served (an HTTP 500, garbage), for fault tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -14,17 +16,27 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 
+@dataclass
+class Page:
+    """What every GET answers; change it while it is served."""
+
+    body: bytes
+    status: int = 200
+
+
 @contextmanager
-def serving(body: bytes, content_type: str = TEXT_FORMAT) -> Iterator[str]:
+def serving(body: bytes | Page, content_type: str = TEXT_FORMAT) -> Iterator[str]:
     """Serve `body` to every GET on a free loopback port; yields the /metrics URL."""
+    page = body if isinstance(body, Page) else Page(body)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            self.send_response(200)
+            status, data = page.status, page.body  # one answer, even if changed meanwhile
+            self.send_response(status)
             self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(data)
 
         def log_message(self, *args: object) -> None:
             """Silence per-request logging: benchmarks and tests read their own output."""

@@ -1,0 +1,28 @@
+"""Gateway adapters: a gateway's own /metrics read as Poolscope's Proxy-side series.
+
+One module per gateway, as there is one mapping per engine: each has its page's
+metric-name `PREFIX`, the label that names a pool (`POOL_LABEL`) and a `read`
+that turns a parsed page into `PoolReading`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporters.proxy.gateways import gie, llmgw
+from exporters.proxy.gateways.pool import Adapter
+
+
+@dataclass(frozen=True)
+class Gateway:
+    name: str
+    prefix: str
+    pool_label: str
+    read: Adapter
+
+
+GATEWAYS: dict[str, Gateway] = {
+    g.name: g for g in (
+        Gateway("llmgw", llmgw.PREFIX, llmgw.POOL_LABEL, llmgw.read),
+        Gateway("gie", gie.PREFIX, gie.POOL_LABEL, gie.read),
+    )}

@@ -1,0 +1,60 @@
+"""llmgw's Go router, read from its admin listener's /metrics.
+
+Its endpoint collector publishes, per endpoint (labels `replica`, `pool`; an
+endpoint without a pool is `pool="none"`): inflight (dispatched, not finished),
+the engine's waiting and running requests and KV usage as last scraped, the
+drain rate, `metrics_stale` and `breaker_open`; per admission band the queue
+depth; per model the pool saturation. docs/gateways.md has the page.
+
+Mapped:
+- members: every endpoint of the pool; alive when its metrics are fresh and its
+  circuit breaker is closed (an endpoint the router will not send to is not
+  free capacity), stale otherwise;
+- inflight: the endpoints' inflight, summed;
+- the prepare queue: the admission bands' depths, summed, only when every series
+  is one pool's (--proxy-id): the bands are the router's, not a pool's.
+Not mapped: the router keeps no request counter in this collector (QPS comes from
+the engines then), and saturation is per model, not per pool.
+"""
+
+from __future__ import annotations
+
+from exporters.proxy.gateways.pool import Endpoint, Page, PoolReading, Pools, by_pool, flag
+
+PREFIX = "llmgw_"
+POOL_LABEL = "pool"
+_INFLIGHT = "llmgw_endpoint_inflight"
+_STALE = "llmgw_endpoint_metrics_stale"
+_BREAKER = "llmgw_endpoint_breaker_open"
+_ADMISSION = "llmgw_admission_queue_depth"
+
+
+def read(page: Page, pools: Pools) -> list[PoolReading]:
+    readings: dict[str, PoolReading] = {}
+    flags: dict[tuple[str, str], bool] = {}
+    for name in (_STALE, _BREAKER):
+        for pool, samples in by_pool(page.get(name, []), pools).items():
+            for labels, value in samples:
+                key = (pool, labels.get("replica", ""))
+                flags[key] = flags.get(key, False) or flag(name, value)
+    for pool, samples in by_pool(page.get(_INFLIGHT, []), pools).items():
+        reading = readings.setdefault(pool, PoolReading(pool))
+        for labels, value in samples:
+            replica = labels.get("replica", "")
+            down = flags.get((pool, replica))
+            reading.endpoints[replica] = Endpoint(
+                replica, None if down is None else not down, value)
+    if pools.fixed:
+        assert pools.proxy_id is not None
+        reading = readings.setdefault(pools.proxy_id, PoolReading(pools.proxy_id))
+        bands = page.get(_ADMISSION)
+        if bands:
+            reading.queue_depth["prepare"] = sum(v for _, v in bands)
+    for reading in readings.values():
+        members = reading.endpoints.values()
+        reading.registered = float(len(members))
+        reading.inflight = sum(e.inflight or 0.0 for e in members)
+        if all(e.alive is not None for e in members):
+            reading.alive = float(sum(1 for e in members if e.alive))
+            reading.stale = reading.registered - reading.alive
+    return sorted(readings.values(), key=lambda r: r.proxy_id)
