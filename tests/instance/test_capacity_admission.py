@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporters.common import catalog
 from exporters.instance.admission import (
     AdmissionInputs,
     AdmissionState,
@@ -93,8 +94,22 @@ async def test_admission_is_a_state_set(engine_server: EngineServer,
                                                    labels("derived", state=s.value))
                 for s in AdmissionState}
 
+    def level() -> float | None:
+        return registry.get_sample_value("poolscope_instance_admission_level",
+                                         labels("derived"))
+
     assert states() == {**dict.fromkeys(map(str, AdmissionState), 0.0), "unknown": 1.0}
+    assert level() == 0.0  # unknown: the lowest level, so any known state outranks it
     await exporter.loop.sample_all()
     assert states() == {**dict.fromkeys(map(str, AdmissionState), 0.0), "saturated": 1.0}
+    assert level() == 2.0
     exporter.admission.draining = True
     assert states()["draining"] == 1.0 and sum(v or 0 for v in states().values()) == 1
+    assert level() == 1.0
+
+
+def test_admission_levels_order_the_states_best_first() -> None:
+    """The pool's state is the max level over its members: the best any offers."""
+    ranked = sorted(catalog.ADMISSION_LEVELS, key=catalog.ADMISSION_LEVELS.__getitem__,
+                    reverse=True)
+    assert ranked == ["accepting", "degraded", "saturated", "draining", "unknown"]

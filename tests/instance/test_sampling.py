@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -13,6 +14,7 @@ from exporters.common import catalog
 from exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
 from exporters.common.identity import Identity
 from exporters.common.sampling import SampleError, SamplingLoop
+from exporters.common.thresholds import FRESH_S
 from tests.instance.conftest import MakeExporter, health
 
 IDS = Identity("proxy-a", "inst-1")
@@ -176,3 +178,27 @@ def test_a_board_without_optional_families_emits_only_what_it_has() -> None:
     emitted = {m.name for m in board.families(["proxy-a", "proxy_queue"])}
     assert emitted == {"poolscope_proxy_collector_success",
                        "poolscope_proxy_collector_duration_seconds"}
+
+
+async def test_a_sample_older_than_the_freshness_threshold_is_not_served() -> None:
+    """A loop that stalls (no failure recorded, nothing new read) cannot keep serving
+    its last sample as current: past FRESH_S it leaves the page, its age stays."""
+    clock = Clock()
+    board = HealthBoard(monotonic=clock)
+    loop = SamplingLoop(1.0, board, monotonic=clock)
+    slot = loop.add(ScriptedReader(7))
+    await loop.sample(slot)
+    registry = CollectorRegistry()
+    registry.register(BoardCollector(board, loop))
+    name = catalog.HOST_CPU_COUNT.name
+    labels = {"proxy_id": "proxy-a", "instance_id": "inst-1", "source": "test"}
+    fresh = loop.fresh()
+    clock.now += FRESH_S
+    assert registry.get_sample_value(name, labels) == 7.0
+    assert loop.fresh() == fresh == (True,)
+    clock.now += 0.001
+    assert registry.get_sample_value(name, labels) is None
+    assert loop.fresh() == (False,)  # so a cached page is rendered anew
+    age = registry.get_sample_value(catalog.COLLECTOR_SAMPLE_AGE.name,
+                                    {**labels, "source": "exporter", "collector": "scripted"})
+    assert age == pytest.approx(FRESH_S + 0.001)

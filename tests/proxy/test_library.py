@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters.common import catalog
+from exporters.common.thresholds import IDLE_S
 from exporters.proxy import ProxyExporter, UnknownInstance
 from exporters.proxy.histogram import Histogram
 from tests.proxy.conftest import PROXY_ID, FakeClock
@@ -263,3 +264,51 @@ def test_a_failing_read_blanks_state_and_reports_it(
     assert value(metrics, "poolscope_proxy_collector_duration_seconds", **health) is not None
     assert value(metrics, "poolscope_proxy_instance_registered", instance_id="a",
                  source="proxy_registry") is None
+
+
+# --- the pool's own series ------------------------------------------------------
+
+POOL_COUNTS = {
+    "registered": catalog.POOL_INSTANCES_REGISTERED.name,
+    "alive": catalog.POOL_INSTANCES_ALIVE.name,
+    "stale": catalog.POOL_INSTANCES_STALE.name,
+    "idle": catalog.POOL_INSTANCES_IDLE.name,
+    "idle_unknown": catalog.POOL_INSTANCES_IDLE_UNKNOWN.name,
+}
+
+
+def pool_counts(metrics: CollectorRegistry) -> dict[str, float | None]:
+    sources = {"idle": "proxy_dispatch", "idle_unknown": "proxy_dispatch"}
+    return {key: value(metrics, name, source=sources.get(key, "proxy_registry"))
+            for key, name in POOL_COUNTS.items()}
+
+
+def test_an_empty_registry_counts_measured_zeros(metrics: CollectorRegistry) -> None:
+    assert pool_counts(metrics) == dict.fromkeys(POOL_COUNTS, 0.0)
+    assert value(metrics, catalog.POOL_INFLIGHT.name, source="proxy_dispatch") == 0.0
+    # Nothing configured is not a capacity of 0: the series is absent.
+    assert catalog.POOL_CAPACITY.name not in published(metrics)
+
+
+async def test_pool_counts_agree_with_the_per_instance_series(
+        exporter: ProxyExporter, metrics: CollectorRegistry, clock: FakeClock) -> None:
+    reg = exporter.instances
+    reg.register("busy", "http://busy", capacity=8)
+    reg.register("idle", "http://idle", capacity=4)
+    reg.register("never", "http://never")
+    reg.register("late", "http://late", capacity=16)
+    async with exporter.dispatch.track("idle"):
+        pass
+    clock.advance(IDLE_S + 1)  # past the idle threshold, and every heartbeat late
+    for instance_id in ("busy", "idle", "never"):
+        reg.heartbeat(instance_id)
+    async with exporter.dispatch.track("busy"):
+        assert pool_counts(metrics) == {"registered": 4.0, "alive": 3.0, "stale": 1.0,
+                                        "idle": 1.0, "idle_unknown": 2.0}
+        assert value(metrics, catalog.POOL_INFLIGHT.name, source="proxy_dispatch") == 1.0
+        # Configured capacity of the alive Instances only: a late one offers nothing.
+        assert value(metrics, catalog.POOL_CAPACITY.name, source="configured") == 12.0
+        per_instance = sum(
+            value(metrics, catalog.PROXY_INSTANCE_INFLIGHT.name, instance_id=i,
+                  source="proxy_dispatch") or 0.0 for i in ("busy", "idle", "never", "late"))
+        assert per_instance == 1.0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy_bridge.diagnosis import CHECKS, FRESH_S
+from proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
 from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
@@ -58,7 +58,7 @@ CASES = [
     pytest.param([Inst("i-1", alive=False)], {}, ("load.engine_running_total",),
                  "no_alive_instances", "heartbeat", [], id="no-alive-instance"),
     pytest.param([Inst("i-1")], {}, ("load.qps_1m_total",),
-                 "no_traffic", "fewer than two samples", [], id="qps-warming-up"),
+                 "no_traffic", "two samples", [], id="qps-warming-up"),
     pytest.param([Inst("i-1")], {}, ("utilization.cpu_avg",),
                  "rollup_absent", "proxy_pool:cpu_utilization:avg", [], id="rule-missing"),
 ]
@@ -82,18 +82,25 @@ async def test_null_fields_name_their_cause(canned: CannedPool, make_bridge: Mak
             assert entry["value"] is not None and entry["wired"] is True, path
 
 
-async def test_proxy_exporter_down_explains_every_field(canned: CannedPool,
-                                                        make_bridge: MakeBridge) -> None:
+async def test_proxy_exporter_down_explains_the_proxy_side_fields_only(
+        canned: CannedPool, make_bridge: MakeBridge) -> None:
     canned.vector = raw_series(PID, [Inst("i-1")], proxy_up=False)
     canned.set_local(PID, [])
     bridge = await make_bridge(canned.url)
     doc = await bridge.get(SOURCES)
     assert doc["pool_known"] is False
     assert doc["fields"][-1]["path"] == DATA_QUALITY_PATH
+    blamed = {e["path"] for e in doc["fields"]
+              if [r["code"] for r in e["null_reasons"]] == ["proxy_exporter_down"]}
+    # What only a Proxy-side exporter measures is explained by its absence; what the
+    # Instance exporters measure (their series are all here) is not.
+    assert blamed == {*PROXY_SIDE, DATA_QUALITY_PATH}
     for entry in doc["fields"]:
-        assert [r["code"] for r in entry["null_reasons"]] == ["proxy_exporter_down"]
-        assert "poolscope_proxy_collector_success" in entry["null_reason"]
-        assert "poolscope-proxy/127.0.0.1:9" in entry["null_reason"]  # the target that is down
+        if entry["path"] in blamed:
+            assert "poolscope_proxy_collector_success" in entry["null_reason"]
+            assert "poolscope-proxy/127.0.0.1:9" in entry["null_reason"]  # the target down
+        else:
+            assert "proxy_exporter_down" not in str(entry["null_reasons"]), entry
 
 
 async def test_every_field_has_provenance(canned: CannedPool, make_bridge: MakeBridge) -> None:
