@@ -181,8 +181,8 @@ FIELDS: tuple[Field, ...] = (
     Field("health.resource_freshness_s_max", "proxy_pool:resource_freshness_seconds:max",
           Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),
     Field("health.pool_admission_state", "proxy_pool:admission_state", Classification.DERIVED,
-          "poolscope_instance_admission_state (instance exporter), the best state any "
-          "alive Instance offers", "no alive Instance reports an admission state",
+          "poolscope_instance_admission_level (instance exporter), the best state any "
+          "member offers", "no member reports an admission state",
           Kind.STATE, state_label="state"),
 )
 
