@@ -7,11 +7,10 @@ stderr and exit code 2 — a typo must not become a silently wrong exporter.
 from __future__ import annotations
 
 import argparse
-import math
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporters.common.flags import UsageParser, http_url, sample_interval, seconds
 from exporters.common.web import (
     Listen,
     ServiceConfig,
@@ -27,26 +26,8 @@ from exporters.instance.service import Settings
 DEFAULT_LISTEN = "127.0.0.1:9201"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-def _positive(flag: str, value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{flag}: must be a positive number of seconds, got {value}")
-    return value
-
-
-def _url(value: str) -> str:
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise UsageError(f"--engine-metrics-url: expected an http(s) URL, got {value!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m exporters.instance",
+    p = UsageParser(prog="python -m exporters.instance",
                 description="Poolscope Instance exporter: host, GPU and engine load of one "
                             "LLM engine replica, for Prometheus.")
     p.add_argument("--instance-id", required=True, help="this Instance's id (label instance_id)")
@@ -108,9 +89,10 @@ def parse(argv: Sequence[str] | None) -> Config:
         raise UsageError(f"admission thresholds: {e}") from e
     settings = Settings(
         instance_id=a.instance_id, proxy_id=a.proxy_id,
-        sample_interval=_positive("--sample-interval", a.sample_interval),
-        engine_metrics_url=_url(a.engine_metrics_url) if a.engine_metrics_url else None,
+        sample_interval=sample_interval("--sample-interval", a.sample_interval),
+        engine_metrics_url=(http_url("--engine-metrics-url", a.engine_metrics_url)
+                            if a.engine_metrics_url else None),
         engine=a.engine,
-        engine_timeout=_positive("--engine-timeout", a.engine_timeout),
+        engine_timeout=seconds("--engine-timeout", a.engine_timeout),
         capacity=a.capacity, thresholds=thresholds, draining=a.draining)
     return Config(settings, service_config(a))

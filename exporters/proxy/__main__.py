@@ -11,15 +11,14 @@ cannot be bound.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from exporters.common.flags import UsageParser, http_url, sample_interval, seconds
 from exporters.common.web import (
     ServiceConfig,
     UsageError,
@@ -32,15 +31,10 @@ from exporters.common.web import (
 )
 from exporters.proxy.gateway import GatewayExporter, GatewayReader
 from exporters.proxy.gateways import GATEWAYS
-from exporters.proxy.gateways.pool import Pools
+from exporters.proxy.gateways.pool import PROXY_ID_PATTERN, Pools, usable_proxy_id
 
 PROG = "poolscope-proxy-exporter"
 DEFAULT_LISTEN = "127.0.0.1:9202"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
 
 
 @dataclass(frozen=True)
@@ -50,21 +44,8 @@ class Config:
     service: ServiceConfig
 
 
-def _seconds(flag: str, value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{flag}: must be a positive number of seconds, got {value}")
-    return value
-
-
-def _url(value: str) -> str:
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise UsageError(f"--gateway-metrics-url: expected an http(s) URL, got {value!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a gateway's "
+    p = UsageParser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a gateway's "
                 "own /metrics published as Poolscope's Proxy-side series.")
     p.add_argument("--gateway", required=True, choices=sorted(GATEWAYS),
                    help="which gateway's page to read")
@@ -86,13 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Sequence[str] | None = None) -> Config:
     args = build_parser().parse_args(argv)
     gateway = GATEWAYS[args.gateway]
-    if args.proxy_id is not None and not args.proxy_id.strip():
-        raise UsageError("--proxy-id: must not be empty")
+    if args.proxy_id is not None and not usable_proxy_id(args.proxy_id):
+        raise UsageError(f"--proxy-id: expected {PROXY_ID_PATTERN}, got {args.proxy_id!r}")
     pools = (Pools(proxy_id=args.proxy_id) if args.proxy_id is not None
              else Pools(label=args.pool_label or gateway.pool_label))
-    interval = _seconds("--sample-interval", args.sample_interval)
-    timeout = _seconds("--gateway-timeout", args.gateway_timeout)
-    reader = GatewayReader(gateway, _url(args.gateway_metrics_url), pools, timeout)
+    interval = sample_interval("--sample-interval", args.sample_interval)
+    timeout = seconds("--gateway-timeout", args.gateway_timeout)
+    url = http_url("--gateway-metrics-url", args.gateway_metrics_url)
+    reader = GatewayReader(gateway, url, pools, timeout)
     return Config(reader, interval, service_config(args))
 
 

@@ -31,6 +31,7 @@ PROXY_HEALTH = HealthFamilies(
     success=c.PROXY_COLLECTOR_SUCCESS, duration=c.PROXY_COLLECTOR_DURATION,
     sample_age=c.PROXY_COLLECTOR_SAMPLE_AGE, errors=c.PROXY_COLLECTOR_ERRORS)
 Readings = list[PoolReading]
+_GRACE_S = 0.5
 
 
 class GatewayReader:
@@ -43,6 +44,7 @@ class GatewayReader:
         self.gateway = gateway
         self.url = url
         self.pools = pools
+        self.timeout = timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -111,15 +113,17 @@ class GatewayExporter(Collector):
         self.source = c.gateway_source(reader.gateway.name)
         self.board = HealthBoard(PROXY_HEALTH)
         self.loop = SamplingLoop(interval, self.board)
-        self.slot: Slot[Readings] = self.loop.add(reader, timeout=interval + 0.5)
-        # Pools seen in a good reading: their health series say why they went quiet.
-        self.pools_seen: set[str] = set()
-        if reader.pools.proxy_id is not None:
-            self.pools_seen.add(reader.pools.proxy_id)
+        # The loop gives a read its HTTP timeout and a grace, so the client's own,
+        # more specific timeout fires first (as the Instance exporter's engine read).
+        self.slot: Slot[Readings] = self.loop.add(reader, timeout=reader.timeout + _GRACE_S)
+        # The pools of the last good reading: their health series say why they went
+        # quiet when a read fails; a pool the gateway dropped leaves with it.
+        self.fixed = {reader.pools.proxy_id} if reader.pools.proxy_id is not None else set()
+        self.pools_seen: set[str] = set(self.fixed)
         self.slot.observers.append(self._remember)
 
     def _remember(self, readings: Readings) -> None:
-        self.pools_seen.update(r.proxy_id for r in readings)
+        self.pools_seen = self.fixed | {r.proxy_id for r in readings}
 
     def registry(self) -> CollectorRegistry:
         registry = CollectorRegistry()

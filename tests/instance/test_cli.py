@@ -12,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from exporters.common.thresholds import FRESH_S
+from exporters.common.web import UsageError
 from exporters.instance.config import parse
 from tests.support.prometheus import free_port, wait_http
 
@@ -84,3 +86,11 @@ def test_busy_port_exits_1() -> None:
         result = run(*BASE, "--listen", f"127.0.0.1:{s.getsockname()[1]}")
     assert result.returncode == 1
     assert "cannot listen" in result.stderr
+
+
+def test_a_sample_interval_past_the_freshness_threshold_is_refused() -> None:
+    """A sample older than FRESH_S is not served: sampling less often would blank the
+    host series between two samples, so the exporter refuses to start that way."""
+    with pytest.raises(UsageError, match="--sample-interval"):
+        parse([*BASE, "--sample-interval", str(FRESH_S + 1)])
+    assert parse([*BASE, "--sample-interval", str(FRESH_S)]).settings.sample_interval == FRESH_S

@@ -7,7 +7,8 @@ drain rate, `metrics_stale` and `breaker_open`; per admission band the queue
 depth; per model the pool saturation. docs/gateways.md has the page.
 
 Mapped:
-- members: every endpoint of the pool; alive when its metrics are fresh and its
+- members: every endpoint of the pool (with --pool-label, endpoints in no pool
+  belong to none); alive when its metrics are fresh and its
   circuit breaker is closed (an endpoint the router will not send to is not
   free capacity), stale otherwise;
 - inflight: the endpoints' inflight, summed;
@@ -19,25 +20,43 @@ the engines then), and saturation is per model, not per pool.
 
 from __future__ import annotations
 
-from exporters.proxy.gateways.pool import Endpoint, Page, PoolReading, Pools, by_pool, flag
+from exporters.proxy.gateways.pool import (
+    Endpoint,
+    Page,
+    PoolReading,
+    Pools,
+    Sample,
+    by_pool,
+    flag,
+)
 
 PREFIX = "llmgw_"
 POOL_LABEL = "pool"
+NO_POOL = "none"  # what the router calls the pool of an endpoint that has none
 _INFLIGHT = "llmgw_endpoint_inflight"
 _STALE = "llmgw_endpoint_metrics_stale"
 _BREAKER = "llmgw_endpoint_breaker_open"
 _ADMISSION = "llmgw_admission_queue_depth"
 
 
+def _pooled(page: Page, name: str, pools: Pools) -> list[Sample]:
+    """The family's samples; with --pool-label, not those of endpoints in no pool."""
+    samples = page.get(name, [])
+    if pools.label is None:
+        return samples
+    return [(labels, v) for labels, v in samples if labels.get(pools.label) != NO_POOL]
+
+
 def read(page: Page, pools: Pools) -> list[PoolReading]:
     readings: dict[str, PoolReading] = {}
     flags: dict[tuple[str, str], bool] = {}
     for name in (_STALE, _BREAKER):
-        for pool, samples in by_pool(page.get(name, []), pools).items():
+        for pool, samples in by_pool(_pooled(page, name, pools), pools).items():
             for labels, value in samples:
                 key = (pool, labels.get("replica", ""))
-                flags[key] = flags.get(key, False) or flag(name, value)
-    for pool, samples in by_pool(page.get(_INFLIGHT, []), pools).items():
+                down = flag(name, value)  # checked first: every flag must be 0 or 1
+                flags[key] = flags.get(key, False) or down
+    for pool, samples in by_pool(_pooled(page, _INFLIGHT, pools), pools).items():
         reading = readings.setdefault(pool, PoolReading(pool))
         for labels, value in samples:
             replica = labels.get("replica", "")

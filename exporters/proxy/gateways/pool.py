@@ -25,7 +25,13 @@ Sample = tuple[Mapping[str, str], float]
 # Every sample of the page by metric name (counters under their `_total` name).
 Page = dict[str, list[Sample]]
 
-_POOL_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+PROXY_ID_PATTERN = r"[A-Za-z0-9._:-]{1,128}"
+_POOL_ID = re.compile(PROXY_ID_PATTERN)
+
+
+def usable_proxy_id(value: str) -> bool:
+    """A value the adapter will publish as `proxy_id`: short, printable, no quoting."""
+    return _POOL_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class Pools:
             return self.proxy_id
         assert self.label is not None
         pool = labels.get(self.label, "")
-        if not _POOL_ID.fullmatch(pool):
+        if not usable_proxy_id(pool):
             raise SampleError(ErrorReason.INVALID_VALUE,
                               f"pool label {self.label}={pool[:80]!r} is not a usable proxy_id")
         return pool

@@ -1,0 +1,156 @@
+"""`poolscope-proxy-exporter` (gateway mode) as a user runs it: a real process per case."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.common.web import UsageError
+from exporters.proxy.__main__ import DEFAULT_LISTEN, parse
+from tests.support.polling import eventually
+from tests.support.prometheus import free_port
+from tests.support.static_http import serving
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
+URL = "http://router.example:9090/metrics"
+BASE = ["--gateway", "llmgw", "--gateway-metrics-url", URL]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporters.proxy", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--gateway-metrics-url", URL, "--proxy-id", "p1"], "--gateway"),
+    (["--gateway", "nginx", "--gateway-metrics-url", URL, "--proxy-id", "p1"], "--gateway"),
+    (["--gateway", "llmgw", "--proxy-id", "p1"], "--gateway-metrics-url"),
+    (["--gateway", "llmgw", "--gateway-metrics-url", "router:9090/metrics", "--proxy-id", "p1"],
+     "--gateway-metrics-url"),
+    (["--gateway", "llmgw", "--gateway-metrics-url", "ftp://router/metrics", "--proxy-id", "p1"],
+     "--gateway-metrics-url"),
+    (["--gateway", "llmgw", "--gateway-metrics-url", "http:///metrics", "--proxy-id", "p1"],
+     "--gateway-metrics-url"),
+    ([*BASE, "--proxy-id", "p1", "--pool-label", "pool"], "--pool-label"),
+    ([*BASE, "--proxy-id", "p1", "--pool-label"], "--proxy-id"),
+    (BASE, "--proxy-id"),
+    ([*BASE, "--proxy-id", ""], "--proxy-id"),
+    ([*BASE, "--proxy-id", "   "], "--proxy-id"),
+    ([*BASE, "--proxy-id", "p1", "--sample-interval", "0"], "--sample-interval"),
+    ([*BASE, "--proxy-id", "p1", "--sample-interval", "nan"], "--sample-interval"),
+    ([*BASE, "--proxy-id", "p1", "--sample-interval", "-1"], "--sample-interval"),
+    ([*BASE, "--proxy-id", "p1", "--sample-interval", "inf"], "--sample-interval"),
+    ([*BASE, "--proxy-id", "p1", "--gateway-timeout", "0"], "--gateway-timeout"),
+    ([*BASE, "--proxy-id", "p1", "--listen", "nonsense"], "--listen"),
+], ids=["no-gateway", "unknown-gateway", "no-url", "url-no-scheme", "url-ftp", "url-no-host",
+        "both-pool-flags", "both-pool-flags-bare", "no-pool-flag", "empty-proxy-id",
+        "blank-proxy-id", "interval-zero", "interval-nan", "interval-negative", "interval-inf",
+        "timeout-zero", "listen"])
+def test_bad_flags_exit_2_with_one_line_naming_the_flag(args: list[str], flag: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("poolscope-proxy-exporter: error: ")
+    assert flag in lines[0], lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("url", ["http://router:99999/metrics", "http://router:abc/metrics"],
+                         ids=["port-out-of-range", "port-not-a-number"])
+def test_url_with_an_unusable_port_is_a_usage_error(url: str) -> None:
+    with pytest.raises(UsageError, match="--gateway-metrics-url"):
+        parse(["--gateway", "llmgw", "--gateway-metrics-url", url, "--proxy-id", "p1"])
+
+
+def test_defaults_and_the_pool_label_per_gateway() -> None:
+    config = parse([*BASE, "--proxy-id", "p1"])
+    assert f"{config.service.listen.host}:{config.service.listen.port}" == DEFAULT_LISTEN
+    assert config.service.listen.host == "127.0.0.1"
+    assert config.interval == 1.0
+    reader = config.reader
+    assert (reader.gateway.name, reader.url) == ("llmgw", URL)
+    assert (reader.pools.proxy_id, reader.pools.label) == ("p1", None)
+    # A bare --pool-label means the gateway's own pool label.
+    assert parse([*BASE, "--pool-label"]).reader.pools.label == "pool"
+    gie = ["--gateway", "gie", "--gateway-metrics-url", URL]
+    assert parse([*gie, "--pool-label"]).reader.pools.label == "name"
+    assert parse([*gie, "--pool-label", "inference_pool"]).reader.pools.label == "inference_pool"
+    assert parse([*BASE, "--pool-label", "--sample-interval", "2"]).interval == 2.0
+
+
+def _metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The page at `url` by (sample name, labels); empty while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return {}
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _series(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    return name, frozenset(labels.items())
+
+
+def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
+    port = free_port()
+    with serving((FIXTURES / "llmgw.txt").read_bytes()) as gateway_url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporters.proxy", "--gateway", "llmgw",
+             "--gateway-metrics-url", gateway_url, "--pool-label",
+             "--sample-interval", "0.2", "--listen", f"127.0.0.1:{port}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            chat = {"proxy_id": "chat", "source": "gateway:llmgw"}
+            alive = _series("poolscope_proxy_pool_instances_alive", **chat)
+            page = eventually(  # a process that exited ends the wait too
+                lambda: _metrics(f"{base}/metrics"),
+                lambda page: alive in page or proc.poll() is not None,
+                timeout=60, what="the llmgw-derived series on /metrics")
+            assert proc.poll() is None, proc.communicate()
+            assert page[alive] == 2
+            assert page[_series("poolscope_proxy_pool_inflight_requests", **chat)] == 40
+            batch = {"proxy_id": "batch", "source": "gateway:llmgw"}
+            assert page[_series("poolscope_proxy_pool_instances_stale", **batch)] == 1
+            assert page[_series("poolscope_proxy_collector_success", proxy_id="chat",
+                                source="exporter", collector="gateway")] == 1
+            with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
+                assert json.load(r) == {"status": "ok", "gateway": "llmgw"}
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            _, stderr = proc.communicate()
+            assert f"serving http://127.0.0.1:{port}" in stderr
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_busy_port_exits_1() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        result = run(*BASE, "--proxy-id", "p1", "--listen", f"127.0.0.1:{s.getsockname()[1]}")
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr
+
+
+@pytest.mark.parametrize("proxy_id", ['a"b', "x" * 129, "two words"])
+def test_a_proxy_id_that_cannot_be_a_label_value_as_is_is_refused(proxy_id: str) -> None:
+    with pytest.raises(UsageError, match="--proxy-id"):
+        parse([*BASE, "--proxy-id", proxy_id])
