@@ -179,7 +179,8 @@ FIELDS: tuple[Field, ...] = (
     Field("health.resource_freshness_s_avg", "proxy_pool:resource_freshness_seconds:avg",
           Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),
     Field("health.resource_freshness_s_max", "proxy_pool:resource_freshness_seconds:max",
-          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),
+          Classification.DERIVED, "the largest " + _HOST + " plus the oldest scrape's age "
+          "(errs old by at most one scrape interval, never fresh)", _NO_RESOURCE),
     Field("health.pool_admission_state", "proxy_pool:admission_state", Classification.DERIVED,
           "poolscope_instance_admission_level (instance exporter), the best state any "
           "member offers", "no member reports an admission state",
