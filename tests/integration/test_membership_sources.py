@@ -4,8 +4,9 @@ the Scheduler bridge, and the JSON compared with what the test set up.
 - `solo`: no Proxy-side exporter, two Instance exporters declaring the pool;
 - `chat` and `batch`: llmgw's router (its real page, served from the fixture) read
   by the gateway adapter; `chat` also has an Instance exporter of its own;
-- `emb`: the embedded Proxy library's registry, with GIE's EPP page claiming the same
-  pool through a second adapter (the registry must win).
+- `vllm-llama3-8b-instruct`: GIE's endpoint picker (its real page) read by the adapter;
+- `emb`: the embedded Proxy library's registry, with the same EPP page claiming the
+  pool through another adapter (the registry must win).
 
 Faults: the gateway page answering 500, garbage or NaN (the pool falls back to its
 self-declared member, its CPU stays measured), and a member's exporter killed (it
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 GATEWAYS = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
 LLMGW_PAGE = (GATEWAYS / "llmgw.txt").read_bytes()
+EPP_POOL = "vllm-llama3-8b-instruct"  # the InferencePool of the EPP's page
 # Bounds: a few scrapes (1 s), evaluations (1 s), gateway reads (1 s) and cache TTLs.
 SETTLE_S = 60
 SHORT_BOUND_S = 20
@@ -101,7 +103,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                        _adapter(launcher, "llmgw-adapter", "--gateway", "llmgw",
                                 "--gateway-metrics-url", llmgw_url, "--pool-label", "pool"),
                        _adapter(launcher, "gie-adapter", "--gateway", "gie",
-                                "--gateway-metrics-url", gie_url, "--proxy-id", "emb")]
+                                "--gateway-metrics-url", gie_url, "--proxy-id", "emb"),
+                       _adapter(launcher, "gie-pool-adapter", "--gateway", "gie",
+                                "--gateway-metrics-url", gie_url, "--pool-label")]
             launcher.wait()
             jobs = [scrape_config("instances", targets), scrape_config("proxies", proxies)]
             with running_prometheus(workdir / "prometheus", jobs) as prom:
@@ -146,6 +150,18 @@ def test_gateway_pools_come_from_the_gateway_page(stack: Stack) -> None:
     assert batch["health"]["data_quality"] == "partial"
     # The router's admission bands are not one pool's: no queue is attributed.
     assert batch["load"]["prepare_queue_depth"] is None
+
+
+def test_an_endpoint_picker_pool_has_no_stale_count_to_invent(stack: Stack) -> None:
+    # The EPP's page: 3 endpoints listed, 3 ready pods, 25 requests running, and a
+    # request counter that does not move (a measured 0 req/s once it has two samples).
+    s = stack.settled(EPP_POOL, instances__total=3, instances__alive=3,
+                      load__inflight_total=25, load__qps_1m_total=0)
+    assert s["metric_source"]["instances"] == "gateway:gie"
+    assert s["metric_source"]["qps_1m"] == "gateway:gie"
+    assert s["instances"]["stale"] is None  # no per-endpoint liveness: unknown, not 0
+    assert s["load"]["prepare_queue_depth"] is None
+    assert s["utilization"]["cpu_avg"] is None
 
 
 def test_the_embedded_registry_wins_over_a_gateway_claiming_its_pool(stack: Stack) -> None:
