@@ -21,11 +21,11 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -334,6 +334,25 @@ def refuse(prog: str, error: UsageError) -> int:
     """Print the one line a bad flag deserves; the exit code for it."""
     print(f"{prog}: error: {error}", file=sys.stderr)
     return 2
+
+
+class _Configured(Protocol):
+    @property
+    def service(self) -> ServiceConfig: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=_Configured)
+
+
+def command(prog: str, argv: Sequence[str] | None,
+            parse: Callable[[Sequence[str] | None], ConfigT],
+            serve: Callable[[ConfigT], Coroutine[Any, Any, None]]) -> int:
+    """A service's console script: its flags checked (exit 2 with one line), then run."""
+    try:
+        config = parse(argv)
+    except UsageError as e:
+        return refuse(prog, e)
+    return run(prog, serve(config), config.service.log_level)
 
 
 def run(prog: str, service: Coroutine[Any, Any, None], log_level: str) -> int:

@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from exporters.common.web import UsageError, refuse, run, serve_until_stopped
+from exporters.common.web import command, serve_until_stopped
 from exporters.instance.config import Config, parse
 from exporters.instance.server import make_app
 from exporters.instance.service import InstanceExporter
@@ -39,11 +39,7 @@ def _set_draining(exporter: InstanceExporter, draining: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = parse(argv)
-    except UsageError as e:
-        return refuse(PROG, e)
-    return run(PROG, serve(config), config.service.log_level)
+    return command(PROG, argv, parse, serve)
 
 
 if __name__ == "__main__":

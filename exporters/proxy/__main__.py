@@ -23,9 +23,8 @@ from exporters.common.web import (
     ServiceConfig,
     UsageError,
     add_common_flags,
+    command,
     guarded,
-    refuse,
-    run,
     serve_until_stopped,
     service_config,
 )
@@ -104,11 +103,7 @@ async def serve(config: Config) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        config = parse(argv)
-    except UsageError as e:
-        return refuse(PROG, e)
-    return run(PROG, serve(config), config.service.log_level)
+    return command(PROG, argv, parse, serve)
 
 
 if __name__ == "__main__":
