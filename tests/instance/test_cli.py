@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 from exporters.common.thresholds import FRESH_S
 from exporters.common.web import UsageError
 from exporters.instance.config import parse
+from tests.support.commands import command_process
 from tests.support.prometheus import free_port, wait_http
 
 BASE = ["--instance-id", "i-1", "--proxy-id", "p-1"]
@@ -54,10 +54,7 @@ def test_defaults_are_loopback_and_one_second() -> None:
 
 def test_runs_drains_on_sigusr1_and_exits_0_on_sigterm() -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "exporters.instance", *BASE,
-                             "--listen", f"127.0.0.1:{port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with command_process("exporters.instance", *BASE, "--listen", f"127.0.0.1:{port}") as proc:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         proc.send_signal(signal.SIGUSR1)
         url = f"http://127.0.0.1:{port}/v1/resource/snapshot"
@@ -70,12 +67,6 @@ def test_runs_drains_on_sigusr1_and_exits_0_on_sigterm() -> None:
         assert state == "draining"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
-        proc.stderr.close()  # type: ignore[union-attr]
 
 
 def test_busy_port_exits_1() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.common.web import UsageError
 from exporters.proxy.__main__ import DEFAULT_LISTEN, parse
+from tests.support.commands import command_process
 from tests.support.polling import eventually
 from tests.support.prometheus import free_port
 from tests.support.static_http import serving
@@ -106,39 +106,30 @@ def _series(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
 
 def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
     port = free_port()
-    with serving((FIXTURES / "llmgw.txt").read_bytes()) as gateway_url:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exporters.proxy", "--gateway", "llmgw",
-             "--gateway-metrics-url", gateway_url, "--pool-label",
-             "--sample-interval", "0.2", "--listen", f"127.0.0.1:{port}"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            chat = {"proxy_id": "chat", "source": "gateway:llmgw"}
-            alive = _series("poolscope_proxy_pool_instances_alive", **chat)
-            page = eventually(  # a process that exited ends the wait too
-                lambda: _metrics(f"{base}/metrics"),
-                lambda page: alive in page or proc.poll() is not None,
-                timeout=60, what="the llmgw-derived series on /metrics")
-            assert proc.poll() is None, proc.communicate()
-            assert page[alive] == 2
-            assert page[_series("poolscope_proxy_pool_inflight_requests", **chat)] == 40
-            batch = {"proxy_id": "batch", "source": "gateway:llmgw"}
-            assert page[_series("poolscope_proxy_pool_instances_stale", **batch)] == 1
-            assert page[_series("poolscope_proxy_collector_success", proxy_id="chat",
-                                source="exporter", collector="gateway")] == 1
-            with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
-                assert json.load(r) == {"status": "ok", "gateway": "llmgw"}
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
-            _, stderr = proc.communicate()
-            assert f"serving http://127.0.0.1:{port}" in stderr
-        finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-            proc.stdout.close()  # type: ignore[union-attr]
-            proc.stderr.close()  # type: ignore[union-attr]
+    with serving((FIXTURES / "llmgw.txt").read_bytes()) as gateway_url, command_process(
+            "exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url", gateway_url,
+            "--pool-label", "--sample-interval", "0.2",
+            "--listen", f"127.0.0.1:{port}") as proc:
+        base = f"http://127.0.0.1:{port}"
+        chat = {"proxy_id": "chat", "source": "gateway:llmgw"}
+        alive = _series("poolscope_proxy_pool_instances_alive", **chat)
+        page = eventually(  # a process that exited ends the wait too
+            lambda: _metrics(f"{base}/metrics"),
+            lambda page: alive in page or proc.poll() is not None,
+            timeout=60, what="the llmgw-derived series on /metrics")
+        assert proc.poll() is None, proc.communicate()
+        assert page[alive] == 2
+        assert page[_series("poolscope_proxy_pool_inflight_requests", **chat)] == 40
+        batch = {"proxy_id": "batch", "source": "gateway:llmgw"}
+        assert page[_series("poolscope_proxy_pool_instances_stale", **batch)] == 1
+        assert page[_series("poolscope_proxy_collector_success", proxy_id="chat",
+                            source="exporter", collector="gateway")] == 1
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
+            assert json.load(r) == {"status": "ok", "gateway": "llmgw"}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        _, stderr = proc.communicate()
+        assert f"serving http://127.0.0.1:{port}" in stderr
 
 
 def test_busy_port_exits_1() -> None:
