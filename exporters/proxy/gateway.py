@@ -32,6 +32,9 @@ PROXY_HEALTH = HealthFamilies(
     sample_age=c.PROXY_COLLECTOR_SAMPLE_AGE, errors=c.PROXY_COLLECTOR_ERRORS)
 Readings = list[PoolReading]
 _GRACE_S = 0.5
+# The sampling loop hands readers an Instance identity; a gateway reading covers
+# many pools and Instances, and each of its series carries its own.
+_EVERY_POOL = Identity("", "")
 
 
 class GatewayReader:
@@ -110,7 +113,6 @@ class GatewayExporter(Collector):
 
     def __init__(self, reader: GatewayReader, interval: float) -> None:
         self.reader = reader
-        self.source = c.gateway_source(reader.gateway.name)
         self.board = HealthBoard(PROXY_HEALTH)
         self.loop = SamplingLoop(interval, self.board)
         # The loop gives a read its HTTP timeout and a grace, so the client's own,
@@ -134,8 +136,7 @@ class GatewayExporter(Collector):
         return []  # families vary with what the gateway reports
 
     def collect(self) -> Iterator[Metric]:
-        if self.slot.value is not None and self.slot.fresh():
-            yield from reading_families(self.slot.value, self.source)
+        yield from self.slot.families(_EVERY_POOL)  # the latest reading, while fresh
         yield from _merged(m for proxy_id in sorted(self.pools_seen)
                            for m in self.board.families((proxy_id, c.SOURCE_EXPORTER)))
 
