@@ -151,7 +151,8 @@ ENGINE_GENERATION_TOKENS = _instance(
 INSTANCE_CAPACITY = _instance(
     "poolscope_instance_capacity_requests", "gauge",
     "Concurrent requests this Instance can run: source=configured (--capacity) or "
-    "source=learned (high-water mark of observed running requests).")
+    "source=learned (high-water mark of observed running requests); absent while the "
+    "engine it reads does not answer.")
 ADMISSION_STATES = ("accepting", "degraded", "saturated", "draining", "unknown")
 INSTANCE_ADMISSION_STATE = _instance(
     "poolscope_instance_admission_state", "gauge",
@@ -280,7 +281,8 @@ POOL_INFLIGHT = _proxy(
 POOL_CAPACITY = _proxy(
     "poolscope_proxy_pool_capacity_requests", "gauge",
     "Concurrent requests configured at the Proxy for its alive Instances "
-    "(source=configured); absent when none is configured.")
+    "(source=configured), 0 when none of them is alive; absent when no Instance "
+    "has one configured.")
 PROXY_COLLECTOR_SUCCESS = _proxy(
     "poolscope_proxy_collector_success", "gauge",
     "1 when the Proxy collector read its state, 0 when it failed.", "collector")

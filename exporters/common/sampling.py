@@ -79,9 +79,14 @@ class Slot(Generic[S]):
         age = self.health.age()
         return self.value is not None and age is not None and age <= self.max_age
 
+    def current(self) -> S | None:
+        """The held sample while it is fresh: what the exporter serves and decides on."""
+        return self.value if self.fresh() else None
+
     def families(self, ids: Identity) -> Iterator[Metric]:
-        if self.value is not None and self.fresh():
-            yield from self.reader.families(self.value, ids)
+        sample = self.current()
+        if sample is not None:
+            yield from self.reader.families(sample, ids)
 
 
 class SamplingLoop:

@@ -268,14 +268,14 @@ class ServiceConfig:
         return self.listen.url("https" if self.tls else "http")
 
 
-def read_token(path: Path) -> str:
+def read_token(path: Path, flag: str = "--auth-token-file") -> str:
     """The bearer token in `path`, surrounding whitespace (a final newline) removed."""
     try:
         token = path.read_text().strip()
     except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--auth-token-file: cannot read {path}: {e}") from e
+        raise UsageError(f"{flag}: cannot read {path}: {e}") from e
     if not token or any(c.isspace() for c in token):
-        raise UsageError(f"--auth-token-file: {path} must hold one token without spaces")
+        raise UsageError(f"{flag}: {path} must hold one token without spaces")
     return token
 
 

@@ -78,8 +78,8 @@ class InstanceExporter(Collector):
         return registry
 
     def admission_inputs(self) -> AdmissionInputs:
-        engine = self.engine.value if self.engine else None
-        host = self.host.value
+        engine = self.engine.current() if self.engine else None
+        host = self.host.current()
         return AdmissionInputs(
             kv_cache_usage=engine.kv_cache_usage if engine else None,
             waiting=engine.waiting if engine else None,
@@ -99,7 +99,10 @@ class InstanceExporter(Collector):
         yield from self.gpu.families(ids)
         if self.engine is not None:
             yield from self.engine.families(ids)
-        yield from self.capacity.families(ids)
+        # A capacity is what a working engine can take: none while the engine this
+        # exporter reads does not answer (with no engine to read, the operator's word).
+        if self.engine is None or self.engine.fresh():
+            yield from self.capacity.families(ids)
         yield from self.admission.families(self.admission_inputs(), ids)
         yield from self.board.sampled_families(ids.labels(catalog.SOURCE_EXPORTER))
 

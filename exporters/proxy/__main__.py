@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -25,6 +26,7 @@ from exporters.common.web import (
     add_common_flags,
     command,
     guarded,
+    read_token,
     serve_until_stopped,
     service_config,
 )
@@ -59,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between reads of the gateway page (default 1)")
     p.add_argument("--gateway-timeout", type=float, default=2.0,
                    help="seconds one read may take (default 2)")
+    p.add_argument("--gateway-bearer-token-file", type=Path, metavar="FILE",
+                   help="send 'Authorization: Bearer <token>' (the file's content) to the "
+                        "gateway; GIE's endpoint picker asks for one by default")
     add_common_flags(p, default_listen=DEFAULT_LISTEN, default_log_level="INFO")
     return p
 
@@ -73,7 +78,9 @@ def parse(argv: Sequence[str] | None = None) -> Config:
     interval = sample_interval("--sample-interval", args.sample_interval)
     timeout = seconds("--gateway-timeout", args.gateway_timeout)
     url = http_url("--gateway-metrics-url", args.gateway_metrics_url)
-    reader = GatewayReader(gateway, url, pools, timeout)
+    token = (read_token(args.gateway_bearer_token_file, "--gateway-bearer-token-file")
+             if args.gateway_bearer_token_file else None)
+    reader = GatewayReader(gateway, url, pools, timeout, token)
     return Config(reader, interval, service_config(args))
 
 

@@ -98,10 +98,12 @@ class ProxyCollector(Collector):
         inflight.add_metric((self.proxy_id, c.SOURCE_PROXY_DISPATCH),
                             float(sum(i.dispatch.inflight for i in instances)))
         families.append(inflight)
-        configured = [i.capacity for i in alive if i.capacity is not None]
+        # Configured for any member: the alive ones' sum, a measured 0 when none is
+        # alive (a dead Instance offers nothing). Configured for none: absent.
         capacity = c.POOL_CAPACITY.new()
-        if configured:
-            capacity.add_metric((self.proxy_id, c.SOURCE_CONFIGURED), float(sum(configured)))
+        if any(i.capacity is not None for i in instances):
+            capacity.add_metric((self.proxy_id, c.SOURCE_CONFIGURED),
+                                float(sum(i.capacity or 0 for i in alive)))
         families.append(capacity)
         return families
 

@@ -43,20 +43,24 @@ class GatewayReader:
     name = COLLECTOR_NAME
     reasons = (*FETCH_REASONS, ErrorReason.INVALID_VALUE)
 
-    def __init__(self, gateway: Gateway, url: str, pools: Pools, timeout: float) -> None:
+    def __init__(self, gateway: Gateway, url: str, pools: Pools, timeout: float,
+                 bearer_token: str | None = None) -> None:
         self.gateway = gateway
         self.url = url
         self.pools = pools
         self.timeout = timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # GIE's EPP (v1.5 on) asks for a token on /metrics by default.
+        self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
         self._session: aiohttp.ClientSession | None = None
 
     async def read(self) -> Readings:
         if self._session is None:
             # Created lazily: a ClientSession must be made inside the running loop.
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         text = await fetch_text(self._session, self.url)
-        return self.gateway.read(parse_page(text, self.gateway.prefix), self.pools)
+        page = parse_page(text, self.gateway.prefix, self.gateway.families)
+        return self.gateway.read(page, self.pools)
 
     def families(self, sample: Readings, ids: Identity) -> Iterator[Metric]:
         """The readings' series; `ids` is unused: each series carries its own pool."""

@@ -47,6 +47,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     ([*BASE, "--proxy-id", ""], "--proxy-id"),
     ([*BASE, "--proxy-id", "   "], "--proxy-id"),
     ([*BASE, "--proxy-id", "p1", "--sample-interval", "0"], "--sample-interval"),
+    ([*BASE, "--proxy-id", "p1", "--gateway-bearer-token-file", "/nonexistent/token"],
+     "--gateway-bearer-token-file"),
     ([*BASE, "--proxy-id", "p1", "--sample-interval", "nan"], "--sample-interval"),
     ([*BASE, "--proxy-id", "p1", "--sample-interval", "-1"], "--sample-interval"),
     ([*BASE, "--proxy-id", "p1", "--sample-interval", "inf"], "--sample-interval"),
@@ -54,8 +56,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     ([*BASE, "--proxy-id", "p1", "--listen", "nonsense"], "--listen"),
 ], ids=["no-gateway", "unknown-gateway", "no-url", "url-no-scheme", "url-ftp", "url-no-host",
         "both-pool-flags", "both-pool-flags-bare", "no-pool-flag", "empty-proxy-id",
-        "blank-proxy-id", "interval-zero", "interval-nan", "interval-negative", "interval-inf",
-        "timeout-zero", "listen"])
+        "blank-proxy-id", "interval-zero", "token-file-missing", "interval-nan",
+        "interval-negative", "interval-inf", "timeout-zero", "listen"])
 def test_bad_flags_exit_2_with_one_line_naming_the_flag(args: list[str], flag: str) -> None:
     result = run(*args)
     assert result.returncode == 2, result.stderr

@@ -1,14 +1,16 @@
 """Gateway adapters: a gateway's own /metrics read as Poolscope's Proxy-side series.
 
 One module per gateway, as there is one mapping per engine: each has its page's
-metric-name `PREFIX`, the label that names a pool (`POOL_LABEL`) and a `read`
-that turns a parsed page into `PoolReading`s.
+metric-name `PREFIX`, the label that names a pool (`POOL_LABEL`), the families it
+reads (`READ`) and a `read` that turns a parsed page into `PoolReading`s. Their
+order is the rules' precedence between gateways claiming one pool.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporters.common import catalog
 from exporters.proxy.gateways import gie, llmgw
 from exporters.proxy.gateways.pool import Adapter
 
@@ -18,11 +20,13 @@ class Gateway:
     name: str
     prefix: str
     pool_label: str
+    families: tuple[str, ...]  # the ones `read` reads, checked for valid values
     read: Adapter
 
 
 GATEWAYS: dict[str, Gateway] = {
     g.name: g for g in (
-        Gateway("llmgw", llmgw.PREFIX, llmgw.POOL_LABEL, llmgw.read),
-        Gateway("gie", gie.PREFIX, gie.POOL_LABEL, gie.read),
+        Gateway("llmgw", llmgw.PREFIX, llmgw.POOL_LABEL, llmgw.READ, llmgw.read),
+        Gateway("gie", gie.PREFIX, gie.POOL_LABEL, gie.READ, gie.read),
     )}
+assert tuple(GATEWAYS) == catalog.GATEWAYS, "catalog.GATEWAYS names every adapter, in order"

@@ -10,7 +10,9 @@ Mapped:
   count. The EPP keeps no per-endpoint liveness, so no member is called stale
   or alive by name, and the stale count is absent;
 - inflight: the running requests (`*_running_requests`, per model);
-- requests: the request counter (`*_request_total`), every outcome together.
+- requests: the request counter (`*_request_total`): the requests the EPP
+  scheduled, every outcome together (one it rejected at scheduling is counted in
+  its error counter only).
 The model-level families carry no pool label. An EPP serves one InferencePool,
 so they are the pool's when the page holds one pool, and are left out otherwise.
 Not mapped: the per-pod queue is the engines' waiting queue, not a Proxy queue
@@ -28,6 +30,7 @@ _READY = "inference_pool_ready_pods"
 # Newer name first: a page carries one generation.
 _RUNNING = ("inference_objective_running_requests", "inference_model_running_requests")
 _REQUESTS = ("inference_objective_request_total", "inference_model_request_total")
+READ = (_MEMBERS, _READY, *_RUNNING, *_REQUESTS)
 
 
 def _first(page: Page, names: tuple[str, ...]) -> list[tuple[dict[str, str], float]] | None:
@@ -57,6 +60,8 @@ def read(page: Page, pools: Pools) -> list[PoolReading]:
         requests = _first(page, _REQUESTS)
         if requests is not None:
             reading.requests_total = sum(v for _, v in requests)
+    if _MEMBERS not in page and _READY not in page:
+        return sorted(readings.values(), key=lambda r: r.proxy_id)  # no member count
     for reading in readings.values():
         reading.registered = float(len(reading.endpoints))
         if reading.alive is not None:

@@ -37,6 +37,8 @@ _INFLIGHT = "llmgw_endpoint_inflight"
 _STALE = "llmgw_endpoint_metrics_stale"
 _BREAKER = "llmgw_endpoint_breaker_open"
 _ADMISSION = "llmgw_admission_queue_depth"
+_FLAGS = (_STALE, _BREAKER)
+READ = (_INFLIGHT, *_FLAGS, _ADMISSION)
 
 
 def _pooled(page: Page, name: str, pools: Pools) -> list[Sample]:
@@ -49,20 +51,19 @@ def _pooled(page: Page, name: str, pools: Pools) -> list[Sample]:
 
 def read(page: Page, pools: Pools) -> list[PoolReading]:
     readings: dict[str, PoolReading] = {}
-    flags: dict[tuple[str, str], bool] = {}
-    for name in (_STALE, _BREAKER):
+    flags: dict[tuple[str, str], list[bool]] = {}
+    for name in _FLAGS:
         for pool, samples in by_pool(_pooled(page, name, pools), pools).items():
             for labels, value in samples:
-                key = (pool, labels.get("replica", ""))
-                down = flag(name, value)  # checked first: every flag must be 0 or 1
-                flags[key] = flags.get(key, False) or down
+                flags.setdefault((pool, labels.get("replica", "")), []).append(flag(name, value))
     for pool, samples in by_pool(_pooled(page, _INFLIGHT, pools), pools).items():
         reading = readings.setdefault(pool, PoolReading(pool))
         for labels, value in samples:
             replica = labels.get("replica", "")
-            down = flags.get((pool, replica))
-            reading.endpoints[replica] = Endpoint(
-                replica, None if down is None else not down, value)
+            down = flags.get((pool, replica), [])
+            # Alive needs both flags read: a missing one is unknown, not "closed".
+            alive = None if len(down) < len(_FLAGS) else not any(down)
+            reading.endpoints[replica] = Endpoint(replica, alive, value)
     if pools.fixed:
         assert pools.proxy_id is not None
         reading = readings.setdefault(pools.proxy_id, PoolReading(pools.proxy_id))

@@ -3,9 +3,9 @@
 A gateway is a Proxy that is not ours (llmgw's Go router, the Gateway API
 Inference Extension's endpoint picker). Its adapter turns the gateway's own
 series into these readings, and `GatewayCollector` publishes them as Poolscope's
-Proxy-side series, so the rules cannot tell an adapter from the embedded Proxy
-library except by `source`. A field the gateway does not measure is None and
-its series absent, never 0.
+Proxy-side series (exporters/proxy/gateway.py, GatewayExporter), so the rules
+cannot tell an adapter from the embedded Proxy library except by `source`. A
+field the gateway does not measure is None and its series absent, never 0.
 """
 
 from __future__ import annotations
@@ -88,10 +88,11 @@ class Pools:
 Adapter = Callable[[Page, Pools], list[PoolReading]]
 
 
-def parse_page(text: str, prefix: str) -> Page:
+def parse_page(text: str, prefix: str, read: Iterable[str]) -> Page:
     """Every sample of the page; raises SampleError for a page that is not the
-    exposition format, a non-finite or negative value in a `prefix` family, or a page
-    with no `prefix` family at all (the URL is not that gateway's)."""
+    exposition format, a page with no `prefix` family at all (the URL is not that
+    gateway's), or a non-finite or negative value in a family the adapter `read`s
+    (one it does not read cannot spoil the others)."""
     page: Page = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -99,11 +100,10 @@ def parse_page(text: str, prefix: str) -> Page:
                 page.setdefault(s.name, []).append((s.labels, s.value))
     except ValueError as e:
         raise SampleError(ErrorReason.PARSE, f"not a Prometheus text page: {e}") from e
-    ours = {name: samples for name, samples in page.items() if name.startswith(prefix)}
-    if not ours:
+    if not any(name.startswith(prefix) for name in page):
         raise SampleError(ErrorReason.PARSE, f"no {prefix}* metrics on the page")
-    for name, samples in ours.items():
-        for labels, value in samples:
+    for name in read:
+        for labels, value in page.get(name, ()):
             if not math.isfinite(value) or value < 0:
                 raise SampleError(ErrorReason.INVALID_VALUE, f"{name}{dict(labels)} = {value!r}")
     return page
