@@ -68,8 +68,9 @@ Check = Callable[[LocalView, Field], list[Reason]]
 
 # Fields no Instance exporter can stand in for: a silent Proxy-side exporter is their
 # whole explanation. The others are measured per member whoever declares it.
-PROXY_SIDE = frozenset({"instances.idle", "instances.idle_unknown", "load.queue_pressure",
-                        "load.prepare_queue_depth", "load.ready_queue_depth"})
+PROXY_SIDE = frozenset({"instances.idle", "instances.idle_unknown", "instances.stale",
+                        "load.queue_pressure", "load.prepare_queue_depth",
+                        "load.ready_queue_depth"})
 
 
 def proxy(view: LocalView) -> list[Reason]:
@@ -94,23 +95,33 @@ def proxy(view: LocalView) -> list[Reason]:
         return [Reason(Code.PROXY_COLLECTOR_FAILED,
                        f"the Proxy-side exporter is scraped but {what} "
                        f"({c.PROXY_COLLECTOR_SUCCESS.name} == 0){why}")]
-    if not _registered(view):
+    if view.gateway:
+        if one(view.series.pool.get(c.POOL_INSTANCES_REGISTERED.name, [])) == 0:
+            return [Reason(Code.NO_INSTANCES, "the gateway lists no member of the pool "
+                           f"({c.POOL_INSTANCES_REGISTERED.name} == 0)")]
+    elif not _registered(view):
         return [Reason(Code.NO_INSTANCES, "the Proxy reports no registered Instance "
                        f"({c.PROXY_INSTANCE_REGISTERED.name} absent)")]
     return []
 
 
+def _declared(view: LocalView) -> bool:
+    """Per-Instance causes are looked for among the Instance exporters that declare the
+    pool: there is no registry, or a gateway's that names endpoints its own way."""
+    return not view.proxy_reporting or view.gateway
+
+
 def _registered(view: LocalView) -> list[str]:
-    """The pool's members: registered at the Proxy-side exporter, or, without one, every
-    Instance whose exporter declares the pool (self_declared)."""
-    if not view.proxy_reporting:
+    """The pool's members: registered at the embedded Proxy, or else every Instance
+    whose exporter declares the pool."""
+    if _declared(view):
         return [i for i in view.instance_ids if c.COLLECTOR_SUCCESS.name in view.series.of(i)]
     return [i for i in view.instance_ids
             if one(view.series.of(i).get(c.PROXY_INSTANCE_REGISTERED.name, [])) == 1]
 
 
 def _alive(view: LocalView) -> list[str]:
-    if not view.proxy_reporting:
+    if _declared(view):
         return _registered(view)  # answering its scrapes now
     return [i for i in _registered(view)
             if one(view.series.of(i).get(c.PROXY_INSTANCE_ALIVE.name, [])) == 1]
@@ -236,6 +247,10 @@ def kv_cache(view: LocalView, f: Field) -> list[Reason]:
 def _alive_or(view: LocalView, per_instance: Callable[[], list[Reason]]) -> list[Reason]:
     """Fields over alive Instances: none alive is the whole explanation."""
     if not _alive(view):
+        if _declared(view):
+            return [Reason(Code.NO_ALIVE_INSTANCES,
+                           "no Instance exporter that declares the pool answers its scrapes "
+                           f"({c.COLLECTOR_SUCCESS.name} absent for all)")]
         return [Reason(Code.NO_ALIVE_INSTANCES,
                        "no registered Instance's heartbeat is on time "
                        f"({c.PROXY_INSTANCE_ALIVE.name} == 1 for none)")]
@@ -277,6 +292,22 @@ def queue_pressure(view: LocalView, f: Field) -> list[Reason]:
     return []
 
 
+def dispatch_only(view: LocalView, f: Field) -> list[Reason]:
+    if view.gateway:
+        return [Reason(Code.NOT_WIRED, "the Proxy side is a gateway adapter, and only the "
+                       "embedded Proxy's dispatch path knows when each Instance was last "
+                       "sent a request")]
+    return []
+
+
+def liveness(view: LocalView, f: Field) -> list[Reason]:
+    if view.gateway and c.POOL_INSTANCES_STALE.name not in view.series.pool:
+        return [Reason(Code.NOT_WIRED, "the gateway reports no per-member liveness "
+                       f"({c.POOL_INSTANCES_STALE.name} absent; GIE's endpoint picker "
+                       "counts ready pods only)")]
+    return []
+
+
 def qps(view: LocalView, f: Field) -> list[Reason]:
     return [Reason(Code.NO_TRAFFIC, f"the Proxy is reporting, but {f.null_when}")]
 
@@ -296,11 +327,11 @@ def both(*checks: Check) -> Check:
 CHECKS: dict[str, Check] = {
     "instances.total": nothing,
     "instances.alive": nothing,
-    "instances.stale": nothing,
+    "instances.stale": liveness,
     "instances.with_resource": nothing,
     "instances.missing_resource": nothing,
-    "instances.idle": nothing,
-    "instances.idle_unknown": nothing,
+    "instances.idle": dispatch_only,
+    "instances.idle_unknown": dispatch_only,
     "load.inflight_total": nothing,
     "load.qps_1m_total": qps,
     "load.load_ratio": capacity,

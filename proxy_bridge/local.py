@@ -28,6 +28,7 @@ from scheduler_bridge.fields import BYTES_PER_S_TO_MBPS, PERCENT
 from scheduler_bridge.summary import SCHEMA_VERSION, Sample
 
 COLLECTORS = ("host", "gpu", "engine")  # the Instance exporter's readers (exporters/instance)
+GATEWAY_COLLECTOR = "gateway"  # the gateway adapter's reader (exporters/proxy/gateway.py)
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,15 @@ class LocalView:
 
     @property
     def proxy_reporting(self) -> bool:
-        """The Proxy exporter is scraped: its collector health series exists."""
+        """A Proxy-side exporter is scraped: its collector health series exists."""
         return c.PROXY_COLLECTOR_SUCCESS.name in self.series.pool
+
+    @property
+    def gateway(self) -> bool:
+        """The Proxy side is a gateway adapter (collector="gateway"), whose members are
+        named as the gateway names its endpoints, not as the Instance exporters."""
+        return any(labels.get("collector") == GATEWAY_COLLECTOR for labels, _
+                   in self.series.pool.get(c.PROXY_COLLECTOR_SUCCESS.name, []))
 
     def targets(self) -> list[dict[str, Any]]:
         """The pool's scrape targets (those whose target labels carry its proxy_id)."""
@@ -174,8 +182,8 @@ def _state(samples: Sequence[Sample]) -> str | None:
 
 
 def _capacity(s: Mapping[str, list[Sample]]) -> dict[str, Any]:
-    """The Proxy's configured value wins over the Instance exporter's, as in the
-    `instance:capacity_requests:max` rule: the Proxy is what enforces it."""
+    """The Proxy's configured value wins over the Instance exporter's, as in the pool's
+    capacity rollup: the Proxy is what enforces it."""
     for family in (c.PROXY_INSTANCE_CAPACITY, c.INSTANCE_CAPACITY):
         samples = s.get(family.name, [])
         value = one(samples)

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from exporters.common import catalog as c
 from proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
 from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import pool_series
+from tests.scheduler_bridge.canned import pool_series, series
 from tests.support.rules import fresh_threshold_s
 
 SOURCES = "/debug/pool_resource_sources"
@@ -122,3 +123,30 @@ def test_every_field_has_a_diagnosis() -> None:
 def test_stale_diagnosis_uses_the_rules_freshness_threshold() -> None:
     """The bridge explains staleness by the rules' threshold; change one, change both."""
     assert fresh_threshold_s() == FRESH_S
+
+
+async def test_a_gateway_pool_is_diagnosed_by_what_a_gateway_measures(
+        canned: CannedPool, make_bridge: MakeBridge) -> None:
+    """GIE's endpoint picker reports ready pods, no per-member liveness and no dispatch
+    times; the Instance exporters declaring the pool are the members whose causes
+    count (the gateway names its endpoints its own way)."""
+    gie = "gateway:gie"
+    gateway = [series(c.PROXY_COLLECTOR_SUCCESS.name, PID, "1", "exporter",
+                      collector="gateway"),
+               series(c.POOL_INSTANCES_REGISTERED.name, PID, "2", gie),
+               series(c.POOL_INSTANCES_ALIVE.name, PID, "2", gie),
+               series(c.PROXY_INSTANCE_REGISTERED.name, PID, "1", gie,
+                      instance_id="pod-a-rank-0")]
+    exporters = [s for s in raw_series(PID, [Inst("i-1", engine="down")], proxy_up=False)
+                 if s[0]["__name__"] != "up" or s[0].get("job") != "poolscope-proxy"]
+    null = ("instances.stale", "instances.idle", "load.engine_running_total")
+    canned.vector = [*_rollups_without(*null), *gateway, *exporters]
+    canned.set_local(PID, [])
+    doc = await (await make_bridge(canned.url)).get(SOURCES)
+    fields = {f["path"]: f for f in doc["fields"]}
+    assert [r["code"] for r in fields["instances.stale"]["null_reasons"]] == ["not_wired"]
+    assert "no per-member liveness" in fields["instances.stale"]["null_reason"]
+    assert [r["code"] for r in fields["instances.idle"]["null_reasons"]] == ["not_wired"]
+    assert "dispatch path" in fields["instances.idle"]["null_reason"]
+    [engine] = fields["load.engine_running_total"]["null_reasons"]
+    assert (engine["code"], engine["instances"]) == ("engine_unreachable", ["i-1"])
