@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from exporters.common import catalog
+
 
 class Classification(StrEnum):
     """Seed 000's audit vocabulary: how much a field can be trusted."""
@@ -205,7 +207,10 @@ METRIC_SOURCE_FIELDS: dict[str, str] = {
     # MEMBERSHIP_SOURCES (rules/proxy_pool.yml, proxy_pool:instances:count).
     "instances": "instances.total",
 }
-MEMBERSHIP_SOURCES = ("proxy_registry", "gateway:llmgw", "gateway:gie", "self_declared")
+# In the rules' order of precedence (tests/rules/test_sources.py keeps them equal).
+MEMBERSHIP_SOURCES = (catalog.SOURCE_PROXY_REGISTRY,
+                      *(catalog.gateway_source(g) for g in catalog.GATEWAYS),
+                      catalog.SOURCE_SELF_DECLARED)
 
 SECTIONS = ("instances", "load", "utilization", "health")
 
