@@ -41,10 +41,12 @@ from tests.support.rules import fresh_threshold_s
 
 pytestmark = pytest.mark.integration
 
-FRESH_S = fresh_threshold_s()  # rules/instance.yml: a host sample is fresh this long
+FRESH_S = fresh_threshold_s()  # the rules: a host sample is fresh this long
 # The contract's bound: the freshness threshold, plus one scrape, one evaluation
-# and one bridge cache TTL (1 + 1 + 0.5 s), plus one more of each for slack.
-STALE_BOUND_S = FRESH_S + 5
+# and one bridge cache TTL (1 + 1 + 0.5 s), plus slack for a busy machine: one slow
+# scrape drops a series for an evaluation, and the rule groups (counts, freshness)
+# are evaluated apart, so the waits below need both to agree at one read.
+STALE_BOUND_S = FRESH_S + 15
 # A fault that does not wait on a threshold: a couple of scrapes and evaluations.
 SHORT_BOUND_S = 10
 SKEW_S = 3600.0
@@ -130,6 +132,14 @@ def fields_of(summary: dict[str, Any]) -> dict[str, Any]:
     return {f"{s}.{k}": summary[s][k] for s, k in section_key}
 
 
+def nulls(summary: dict[str, Any]) -> set[str]:
+    return {path for path, v in fields_of(summary).items() if v is None}
+
+
+# Null by contract on a host without GPUs (every pool here but p-gpu).
+GPU_FIELDS = {f.path for f in FIELDS if "gpu" in f.rollup}
+
+
 def rollup_and_inputs(prom: Prometheus, rollup: str,
                       raw: str) -> tuple[float, list[tuple[float, int]]]:
     """The rollup at the timestamp Prometheus stored it with, and the sum and count of
@@ -149,9 +159,13 @@ def rollup_and_inputs(prom: Prometheus, rollup: str,
 
 def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: Stack) -> None:
     prom, pool = stack.prom, stack.pools["p-kill"]
-    before = stack.summary("p-kill")
-    assert before["instances"]["with_resource"] == 3
-    assert before["instances"]["missing_resource"] == 0
+    # The baseline: all three with a fresh host sample, every field but the GPU ones
+    # measured. (One slow scrape drops an exporter, or the Proxy, from an evaluation.)
+    before = eventually(lambda: stack.summary("p-kill"),
+                        lambda s: s["instances"]["with_resource"] == 3
+                        and s["instances"]["missing_resource"] == 0
+                        and nulls(s) <= GPU_FIELDS, SHORT_BOUND_S,
+                        "all three Instances with a fresh host sample before the kill")
     # No GPU on this host, so the pool is already "partial" (GPU fields null); the
     # kill shows in the counts, and the quality must not get better or go missing.
     assert scalar(prom, 'proxy_pool:data_quality{proxy_id="p-kill",quality="partial"}') == 1
@@ -160,25 +174,35 @@ def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: S
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
 
+    # The engine still heartbeats: alive, no data. And one dead exporter of three must
+    # not null a pool field. (The counts are rolled up rule by rule, the other fields
+    # in other groups, and a survivor's or the Proxy's slow scrape nulls a field for an
+    # evaluation: wait for one summary where all of it holds. A field the kill nulls
+    # for good fails every read.)
+    expected = {"total": 3, "alive": 3, "stale": 0, "with_resource": 2, "missing_resource": 1,
+                "idle": None, "idle_unknown": None}
     after = eventually(lambda: stack.summary("p-kill"),
-                       lambda s: s["instances"]["with_resource"] == 2, STALE_BOUND_S,
-                       "killed exporter leaves instances.with_resource")
-    assert after["instances"] | {"idle": None, "idle_unknown": None} == {
-        "total": 3, "alive": 3, "stale": 0, "with_resource": 2, "missing_resource": 1,
-        "idle": None, "idle_unknown": None}  # the engine still heartbeats: alive, no data
+                       lambda s: s["instances"] | {"idle": None, "idle_unknown": None}
+                       == expected and nulls(s) <= nulls(before), STALE_BOUND_S,
+                       "killed exporter leaves instances.with_resource, nulls no field")
     assert after["health"]["data_quality"] == "partial"
     assert scalar(prom, 'proxy_pool:data_quality{proxy_id="p-kill",quality="partial"}') == 1
-    assert "k3" not in vector(prom, 'poolscope_host_cpu_utilization_ratio{proxy_id="p-kill"}')
-    # The averages are over the two survivors only, at the very evaluation time.
+    # The missed scrape marks the dead target's series stale at once (with its up 0).
+    victim_target = pool.targets["k3"]
+    eventually(lambda: prom.targets_up().get(victim_target), lambda up: up == 0,
+               SHORT_BOUND_S, "the killed exporter's target is down")
     n = 'poolscope_host_cpu_utilization_ratio{proxy_id="p-kill"}'
+    assert "k3" not in vector(prom, n)
+    # The averages are over the two survivors only, at the very evaluation time.
     # (The rollup stored just before the exporter's series went stale may still count
-    # three: wait for the first evaluation after.)
-    rolled, seen = eventually(
+    # three, and a survivor's slow scrape may leave one: retry over later evaluations.
+    # A rollup that does not average its inputs fails every one.)
+    eventually(
         lambda: rollup_and_inputs(
             prom, 'proxy_pool:cpu_utilization:avg{proxy_id="p-kill"}', n),
-        lambda t: all(count == 2 for _, count in t[1]), SHORT_BOUND_S,
-        "an evaluation over the two survivors")
-    assert any(rolled == pytest.approx(total / count) for total, count in seen), (rolled, seen)
+        lambda t: all(count == 2 for _, count in t[1])
+        and any(t[0] == pytest.approx(total / count) for total, count in t[1]),
+        SHORT_BOUND_S, "an evaluation over the two survivors averaging their CPU")
     # Nothing the kill touched became a zero: known values stay or turn null. (Not
     # the network rates: every exporter here reads this host's NICs, whose traffic
     # may really stop for the minute in between.)
@@ -187,9 +211,6 @@ def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: S
                   if fields_of(after)[path] == 0 and before_v != 0
                   and not path.startswith("utilization.network_")}
     assert fabricated == {}
-    lost = {p for p, v in fields_of(after).items() if v is None} - {
-        p for p, v in fields_of(before).items() if v is None}
-    assert lost == set(), "one dead exporter of three must not null a pool field"
 
 
 # --- an engine that hangs, answers 500 or answers garbage ----------------------
@@ -217,8 +238,10 @@ def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
     prom, engines = stack.prom, stack.pools["p-engine"].engines
     # The counters exist before any fault (a measured count, not absent). They are
     # compared as deltas: on a busy machine a healthy engine's read can time out.
-    before = engine_errors(prom)
-    assert {i for i, _r in before} >= set(FAULTS), before
+    # (Polled: an exporter's slow scrape drops its series from a read.)
+    before = eventually(lambda: engine_errors(prom),
+                        lambda v: {i for i, _r in v} >= set(FAULTS), SHORT_BOUND_S,
+                        "engine error counters of the Instances to break")
     try:
         for iid, (mode, _reason) in FAULTS.items():
             set_fault(engines[iid], mode)
@@ -226,10 +249,16 @@ def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
                                         '{proxy_id="p-engine",collector="engine"}'),
                    lambda v: v == {"e1": 0, "e2": 0, "e3": 0, "e4": 1}, SHORT_BOUND_S,
                    "engine collector success per Instance")
-        errors = engine_errors(prom)
-        for iid, (_mode, reason) in FAULTS.items():
-            counted = {r for (i, r), v in errors.items() if i == iid and v > before.get((i, r), 0)}
-            assert reason in counted, (iid, before, errors)
+
+        def counted(errors: dict[tuple[str, str], float]) -> dict[str, set[str]]:
+            return {iid: {r for (i, r), v in errors.items()
+                          if i == iid and v > before.get((i, r), 0)} for iid in FAULTS}
+
+        # Each broken engine counted under its reason (polled: a later scrape of its
+        # exporter may be slow; a wrong reason fails every read).
+        eventually(lambda: counted(engine_errors(prom)),
+                   lambda c: all(reason in c[iid] for iid, (_m, reason) in FAULTS.items()),
+                   SHORT_BOUND_S, "each broken engine's error reason counted")
         # e4's own read can time out on a busy machine and drop it from one scrape.
         eventually(lambda: vector(prom, 'poolscope_engine_requests_running{proxy_id="p-engine"}'),
                    lambda v: v.keys() == {"e4"}, SHORT_BOUND_S, "only e4 reports engine load")
@@ -243,18 +272,24 @@ def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
                 lambda t: all(count == 1 for _, count in t[1]), SHORT_BOUND_S,
                 f"{rollup} over the healthy engine")
             assert any(rolled == pytest.approx(total) for total, _ in seen), (rolled, seen)
-        summary = stack.summary("p-engine")
-        assert summary["instances"]["with_resource"] == 4
-        assert summary["utilization"]["cpu_avg"] is not None
+        # Broken engines leave the host side alone (a slow scrape may drop one
+        # exporter for an evaluation, so wait for a summary with all four).
+        eventually(lambda: stack.summary("p-engine"),
+                   lambda s: s["instances"]["with_resource"] == 4
+                   and s["utilization"]["cpu_avg"] is not None, SHORT_BOUND_S,
+                   "host fields of all four Instances while their engines fail")
 
         set_fault(engines["e4"], "garbage")  # now no engine answers sanely
-        summary = eventually(lambda: stack.summary("p-engine"),
-                             lambda s: s["load"]["engine_running_total"] is None,
-                             SHORT_BOUND_S, "engine fields null once every engine is broken")
-        assert summary["utilization"]["kv_cache_usage_avg"] is None
-        assert summary["load"]["engine_waiting_total"] is None
-        assert summary["utilization"]["cpu_avg"] is not None
-        assert summary["instances"]["with_resource"] == 4
+        # Each engine field is its own rule (two groups), so one summary may still
+        # carry one of them: wait for all three null, the host fields kept.
+        eventually(lambda: stack.summary("p-engine"),
+                   lambda s: s["load"]["engine_running_total"] is None
+                   and s["load"]["engine_waiting_total"] is None
+                   and s["utilization"]["kv_cache_usage_avg"] is None
+                   and s["utilization"]["cpu_avg"] is not None
+                   and s["instances"]["with_resource"] == 4,
+                   SHORT_BOUND_S,
+                   "engine fields null once every engine is broken, host fields kept")
     finally:
         for url in engines.values():
             set_fault(url, "none")
@@ -270,17 +305,24 @@ def test_failing_gpu_is_unhealthy_and_neither_used_nor_free(stack: Stack) -> Non
     prom = stack.prom
     eventually(lambda: gpu_counts(prom), lambda v: v == {"healthy": 2, "unhealthy": 0},
                SHORT_BOUND_S, "both GPUs healthy")
-    assert scalar(prom, 'proxy_pool:gpu_memory_used:ratio{proxy_id="p-gpu"}') == \
-        pytest.approx(40 / 160)
+    # (Polled, like every read below: this exporter runs in the test's own process,
+    # and one slow scrape drops its series from an evaluation.)
+    eventually(lambda: scalar(prom, 'proxy_pool:gpu_memory_used:ratio{proxy_id="p-gpu"}'),
+               lambda v: v == pytest.approx(40 / 160), SHORT_BOUND_S,
+               "memory ratio over both GPUs")
     stack.nvml.failing.add(1)
     try:
         eventually(lambda: gpu_counts(prom), lambda v: v == {"healthy": 1, "unhealthy": 1},
                    SHORT_BOUND_S, "the failing GPU counted unhealthy")
-        assert vector(prom, 'poolscope_gpu_healthy{proxy_id="p-gpu"}', by="gpu_uuid") == {
-            "GPU-good": 1, "GPU-bad": 0}  # keeps its identity labels while failing
+        # The failing GPU keeps its identity labels, and serves no usage.
+        eventually(lambda: vector(prom, 'poolscope_gpu_healthy{proxy_id="p-gpu"}', by="gpu_uuid"),
+                   lambda v: v == {"GPU-good": 1, "GPU-bad": 0}, SHORT_BOUND_S,
+                   "per-GPU health while failing")
         for usage in ("utilization_ratio", "memory_used_bytes", "memory_total_bytes"):
-            assert vector(prom, f'poolscope_gpu_{usage}{{proxy_id="p-gpu"}}',
-                          by="gpu_uuid").keys() == {"GPU-good"}
+            eventually(lambda u=usage: vector(  # type: ignore[misc]
+                           prom, f'poolscope_gpu_{u}{{proxy_id="p-gpu"}}', by="gpu_uuid"),
+                       lambda v: v.keys() == {"GPU-good"}, SHORT_BOUND_S,
+                       f"poolscope_gpu_{usage} of the healthy GPU only")
         eventually(lambda: scalar(prom, 'proxy_pool:gpu_memory_used:ratio{proxy_id="p-gpu"}'),
                    lambda v: v == pytest.approx(10 / 80), SHORT_BOUND_S,
                    "memory ratio over the healthy GPU only")
@@ -288,14 +330,16 @@ def test_failing_gpu_is_unhealthy_and_neither_used_nor_free(stack: Stack) -> Non
         # each rule of a group on its own, so the ratio can move before the total.)
         eventually(lambda: scalar(prom, 'proxy_pool:gpu_memory_total_bytes:sum{proxy_id="p-gpu"}'),
                    lambda v: v == 80 * GIB, SHORT_BOUND_S, "memory total of the healthy GPU")
-        errors = vector(prom, 'poolscope_collector_errors_total'
-                              '{proxy_id="p-gpu",collector="gpu"}', by="reason")
-        assert errors["nvml_read"] >= 1
-        summary = eventually(lambda: stack.summary("p-gpu"),
-                             lambda s: s["utilization"]["gpu_util_max"] == pytest.approx(40),
-                             SHORT_BOUND_S, "bridge GPU fields over the healthy GPU")
-        assert summary["utilization"]["gpu_util_avg"] == pytest.approx(40)
-        assert summary["utilization"]["gpu_mem_used_ratio"] == pytest.approx(0.125)
+        eventually(lambda: vector(prom, 'poolscope_collector_errors_total'
+                                        '{proxy_id="p-gpu",collector="gpu"}', by="reason"),
+                   lambda v: v.get("nvml_read", 0) >= 1, SHORT_BOUND_S,
+                   "the failing reads counted as nvml_read")
+        # Each GPU field is its own rule: wait for one summary with all three.
+        eventually(lambda: stack.summary("p-gpu")["utilization"],
+                   lambda u: u["gpu_util_max"] == pytest.approx(40)
+                   and u["gpu_util_avg"] == pytest.approx(40)
+                   and u["gpu_mem_used_ratio"] == pytest.approx(0.125),
+                   SHORT_BOUND_S, "bridge GPU fields over the healthy GPU")
     finally:
         stack.nvml.failing.discard(1)
 
@@ -304,8 +348,10 @@ def test_failing_gpu_is_unhealthy_and_neither_used_nor_free(stack: Stack) -> Non
 
 def host_clock_lead(prom: Prometheus, iid: str) -> float:
     """How far ahead of this machine the exporter's wall clock says its sample was."""
-    last = scalar(prom, 'poolscope_collector_last_success_timestamp_seconds'
-                        f'{{instance_id="{iid}",collector="host"}}')
+    # Absent for an evaluation after one slow scrape: wait for it to be scraped.
+    last = eventually(lambda: scalar(prom, 'poolscope_collector_last_success_timestamp_seconds'
+                                           f'{{instance_id="{iid}",collector="host"}}'),
+                      lambda v: v is not None, SHORT_BOUND_S, f"{iid}'s last host success")
     assert last is not None
     return last - time.time()
 
@@ -319,25 +365,31 @@ FRESHNESS = f"max by (instance_id) ({AGE} + (time() - timestamp({AGE})))"
 def test_skewed_host_clock_does_not_change_freshness(stack: Stack) -> None:
     prom = stack.prom
     assert host_clock_lead(prom, "s1") > SKEW_S - 60  # the host says it is an hour ahead
-    freshness = vector(prom, FRESHNESS)
-    assert freshness.keys() == {"s1", "s2"}
-    assert all(0 <= v < FRESH_S for v in freshness.values()), freshness
-    summary = stack.summary("p-skew")
-    assert summary["instances"]["with_resource"] == 2
-    assert 0 <= summary["health"]["resource_freshness_s_max"] < FRESH_S
+    # A slow scrape drops an exporter's series for a moment; a clock-based age
+    # (an hour off) fails every read.
+    eventually(lambda: vector(prom, FRESHNESS),
+               lambda v: v.keys() == {"s1", "s2"}
+               and all(0 <= age < FRESH_S for age in v.values()), SHORT_BOUND_S,
+               "both skewed Instances' host samples fresh")
+    eventually(lambda: stack.summary("p-skew"),
+               lambda s: s["instances"]["with_resource"] == 2
+               and s["health"]["resource_freshness_s_max"] is not None
+               and 0 <= s["health"]["resource_freshness_s_max"] < FRESH_S, SHORT_BOUND_S,
+               "the skewed pool fresh in the bridge")
 
 
 def test_stalled_exporter_cannot_look_fresh_whatever_its_clock_says(stack: Stack) -> None:
     prom = stack.prom
     stack.in_process["s2"].stall_sampling()  # still serves, samples nothing new
-    summary = eventually(lambda: stack.summary("p-skew"),
-                         lambda s: s["instances"]["missing_resource"] == 1, STALE_BOUND_S,
-                         "a stalled sampler turns missing")
-    assert summary["instances"]["with_resource"] == 1
-    # The freshness rollup lives in another rule group, so it may trail the counts by
-    # one evaluation (Prometheus evaluates groups independently).
-    eventually(lambda: stack.summary("p-skew")["health"]["resource_freshness_s_max"],
-               lambda v: v > FRESH_S, SHORT_BOUND_S, "pool freshness past the threshold")
+    # The freshness rollup lives in another rule group than the counts, so one
+    # summary may mix evaluations: wait for one where both show the stall.
+    eventually(lambda: stack.summary("p-skew"),
+               lambda s: s["instances"]["missing_resource"] == 1
+               and s["instances"]["with_resource"] == 1
+               and s["health"]["resource_freshness_s_max"] is not None
+               and s["health"]["resource_freshness_s_max"] > FRESH_S, STALE_BOUND_S,
+               "a stalled sampler turns missing, pool freshness past the threshold")
     # Its clock still puts its last sample in the future; freshness did not care.
     assert host_clock_lead(prom, "s2") > SKEW_S - 60 - STALE_BOUND_S
-    assert vector(prom, FRESHNESS)["s2"] > FRESH_S
+    eventually(lambda: vector(prom, FRESHNESS), lambda v: v.get("s2", 0) > FRESH_S,
+               SHORT_BOUND_S, "the stalled Instance's host sample age past the threshold")
