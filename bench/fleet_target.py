@@ -13,6 +13,13 @@ fills in only the values that move (counters advance, timestamps follow the
 clock), one C-level format per shard, yielding to the event loop between shards
 so a re-render never holds up a scrape.
 
+Every series carries the `source` the real exporter gives it (the rules select
+on it: `{source="proxy_registry"}` picks the embedded Proxy's counts over a
+gateway's or the Instances' self-declared membership), and the simulated
+Proxies are embedded ones: they publish the pool's counts, inflight and
+capacity, consistent with their per-Instance series, and not the gateway-mode
+collector health (exporters/proxy/collector.py publishes neither).
+
 Paths: /metrics/instances/<shard> (Instance exporters, `shard_size` Instances
 each) and /metrics/proxies/<proxy> (one Proxy exporter each). /targets lists
 them all for a scrape config.
@@ -40,14 +47,21 @@ from exporters.common.catalog import Family
 GPU_MODEL = "H100"
 OTHER_LABELS: dict[str, Sequence[str]] = {
     "device": ("eth0",),
-    "collector": ("host", "gpu", "engine"),
+    "collector": ("host", "gpu", "engine"),  # an Instance exporter's collectors
     "reason": ("timeout",),
     "state": catalog.ADMISSION_STATES,
     "outcome": catalog.OUTCOMES,
     "queue": catalog.QUEUES,
     "health": catalog.GPU_HEALTH,
 }
+# The embedded Proxy exporter has one collector (exporters/proxy/collector.py).
+PROXY_COLLECTORS: Sequence[str] = ("proxy",)
 GPU_LABELS = frozenset(catalog.GPU_LABELS)
+# Published only by the Proxy exporter's gateway mode, which reads a gateway's
+# page in the background; the embedded ProxyCollector reads at scrape time and
+# has neither, so the simulated (embedded) Proxies skip them.
+GATEWAY_ONLY = frozenset({catalog.PROXY_COLLECTOR_SAMPLE_AGE.name,
+                          catalog.PROXY_COLLECTOR_ERRORS.name})
 BUCKETS = ("0.1", "0.5", "1", "5", "10", "+Inf")
 
 # Gauge values that make the fleet look like a healthy, moderately busy one;
@@ -83,8 +97,56 @@ GPU_SUMS: dict[str, str] = {
     catalog.INSTANCE_GPU_MEMORY_USED_SUM.name: catalog.GPU_MEMORY_USED.name,
     catalog.INSTANCE_GPU_MEMORY_TOTAL_SUM.name: catalog.GPU_MEMORY_TOTAL.name,
 }
+# The embedded Proxy's pool series, per member of the pool, as its collector
+# derives them from the per-Instance series above: every Instance registered and
+# alive (PROXY_INSTANCE_ALIVE reads 1), last dispatched to 2 s ago
+# (PROXY_INSTANCE_IDLE), so none idle past IDLE_S and none of unknown idle time;
+# inflight and configured capacity are the per-Instance values summed.
+POOL_PER_MEMBER: dict[str, float] = {
+    catalog.POOL_INSTANCES_REGISTERED.name: 1,
+    catalog.POOL_INSTANCES_ALIVE.name: 1,
+    catalog.POOL_INSTANCES_STALE.name: 0,
+    catalog.POOL_INSTANCES_IDLE.name: 0,
+    catalog.POOL_INSTANCES_IDLE_UNKNOWN.name: 0,
+    catalog.POOL_INFLIGHT.name: GAUGES[catalog.PROXY_INSTANCE_INFLIGHT.name],
+    catalog.POOL_CAPACITY.name: GAUGES[catalog.PROXY_INSTANCE_CAPACITY.name],
+}
 COUNTER_RATE = 10.0  # per second, every counter series
 STATE = "accepting"
+ENGINE = "vllm"
+
+# The `source` of each family, as the real exporters label it: by the module
+# that measured it (exporters/instance/*, exporters/proxy/collector.py).
+SOURCES: dict[str, str] = {
+    **dict.fromkeys((f.name for f in (
+        catalog.INSTANCE_CAPACITY, catalog.PROXY_INSTANCE_CAPACITY, catalog.POOL_CAPACITY,
+        catalog.PROXY_QUEUE_CAPACITY)), catalog.SOURCE_CONFIGURED),
+    **dict.fromkeys((f.name for f in (
+        catalog.INSTANCE_ADMISSION_STATE, catalog.INSTANCE_ADMISSION_LEVEL)),
+        catalog.SOURCE_DERIVED),
+    **dict.fromkeys((f.name for f in (
+        catalog.PROXY_INSTANCE_REGISTERED, catalog.PROXY_INSTANCE_ALIVE,
+        catalog.PROXY_INSTANCE_LAST_HEARTBEAT, catalog.PROXY_INSTANCE_HEARTBEAT_AGE,
+        catalog.PROXY_INSTANCE_LAST_RESOURCE_REPORT, catalog.POOL_INSTANCES_REGISTERED,
+        catalog.POOL_INSTANCES_ALIVE, catalog.POOL_INSTANCES_STALE)),
+        catalog.SOURCE_PROXY_REGISTRY),
+    **dict.fromkeys((f.name for f in (
+        catalog.PROXY_INSTANCE_INFLIGHT, catalog.PROXY_INSTANCE_REQUESTS,
+        catalog.PROXY_INSTANCE_REQUEST_DURATION, catalog.PROXY_INSTANCE_LAST_DISPATCH,
+        catalog.PROXY_INSTANCE_IDLE, catalog.POOL_INSTANCES_IDLE,
+        catalog.POOL_INSTANCES_IDLE_UNKNOWN, catalog.POOL_INFLIGHT, catalog.PROXY_REQUESTS)),
+        catalog.SOURCE_PROXY_DISPATCH),
+}
+# Every other family's source follows from its name's prefix.
+SOURCE_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("poolscope_host_", catalog.SOURCE_PSUTIL),
+    ("poolscope_gpu_", catalog.SOURCE_NVML),
+    ("poolscope_instance_gpu", catalog.SOURCE_NVML),
+    ("poolscope_engine_", catalog.engine_source(ENGINE)),
+    ("poolscope_collector_", catalog.SOURCE_EXPORTER),
+    ("poolscope_proxy_collector_", catalog.SOURCE_EXPORTER),
+    ("poolscope_proxy_queue_", catalog.SOURCE_PROXY_QUEUE),
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +158,15 @@ class Sample:
     slope: float  # per second since the fleet started
 
 
+def _source(family: Family) -> str:
+    if family.name in SOURCES:
+        return SOURCES[family.name]
+    for prefix, source in SOURCE_PREFIXES:
+        if family.name.startswith(prefix):
+            return source
+    raise ValueError(f"{family.name}: the fleet has no source for it")
+
+
 def _label_text(family: Family, values: dict[str, str]) -> str:
     missing = set(family.labels) - values.keys()
     if missing:
@@ -104,8 +175,11 @@ def _label_text(family: Family, values: dict[str, str]) -> str:
 
 
 def _label_sets(family: Family, identity: dict[str, str], gpus: int) -> Iterator[dict[str, str]]:
+    values = OTHER_LABELS
+    if _is_proxy_family(family):
+        values = {**OTHER_LABELS, "collector": PROXY_COLLECTORS}
     extra = [n for n in family.labels if n not in identity and n not in GPU_LABELS]
-    unknown = [n for n in extra if n not in OTHER_LABELS]
+    unknown = [n for n in extra if n not in values]
     if unknown:
         raise ValueError(f"{family.name}: the fleet has no values for labels {unknown}")
     gpu_sets: list[dict[str, str]] = [{}]
@@ -115,16 +189,20 @@ def _label_sets(family: Family, identity: dict[str, str], gpus: int) -> Iterator
     elif "gpu_model" in family.labels:
         gpu_sets = [{"gpu_model": GPU_MODEL}] if gpus else []
     for gpu in gpu_sets:
-        for combo in itertools.product(*(OTHER_LABELS[n] for n in extra)):
+        for combo in itertools.product(*(values[n] for n in extra)):
             yield {**identity, **gpu, **dict(zip(extra, combo, strict=True))}
 
 
-def _gauge(family: Family, labels: dict[str, str], gpus: int,
+def _gauge(family: Family, labels: dict[str, str], gpus: int, members: int,
            start: float) -> tuple[float, float]:
     if family.name.endswith("_timestamp_seconds"):
         return start, 1.0
+    if family.name in POOL_PER_MEMBER:
+        return members * POOL_PER_MEMBER[family.name], 0.0
     if family is catalog.INSTANCE_ADMISSION_STATE:
         return (1.0 if labels["state"] == STATE else 0.0), 0.0
+    if family is catalog.INSTANCE_ADMISSION_LEVEL:
+        return float(catalog.ADMISSION_LEVELS[STATE]), 0.0
     if family is catalog.GPU_DEVICES:
         return float(gpus), 0.0
     if family is catalog.INSTANCE_GPUS:
@@ -136,12 +214,15 @@ def _gauge(family: Family, labels: dict[str, str], gpus: int,
     return GAUGES.get(family.name, 1.0), 0.0
 
 
-def _samples(family: Family, identity: dict[str, str], gpus: int,
+def _samples(family: Family, identity: dict[str, str], gpus: int, members: int,
              start: float) -> Iterator[Sample]:
+    """`members`: the Instances `identity` stands for (a Proxy's pool; else 1)."""
+    identity = {**identity, "source": _source(family)}
     for labels in _label_sets(family, identity, gpus):
         text = _label_text(family, labels)
         if family.kind == "gauge":
-            yield Sample(f"{family.name}{{{text}}} ", *_gauge(family, labels, gpus, start))
+            yield Sample(f"{family.name}{{{text}}} ",
+                         *_gauge(family, labels, gpus, members, start))
         elif family.kind == "counter":
             yield Sample(f"{family.name}{{{text}}} ", 0.0, COUNTER_RATE)
         else:
@@ -162,25 +243,26 @@ def _is_proxy_family(family: Family) -> bool:
     return family.name.startswith("poolscope_proxy_")
 
 
-Block = tuple[Sequence[Family], Sequence[dict[str, str]]]
+Block = tuple[Sequence[Family], Sequence[dict[str, str]], int]
 
 
 class Shard:
     """One scrape target's exposition, rendered from a template on every tick.
 
-    `blocks` pairs families with the identities (label values of proxy_id,
-    instance_id, source) they are published for.
+    `blocks` pairs families with the identities (label values of proxy_id and,
+    per Instance, instance_id) they are published for, and the Instances each
+    identity stands for (1 for an Instance, its pool's size for a Proxy).
     """
 
     def __init__(self, blocks: Sequence[Block], gpus: int, start: float) -> None:
         parts: list[str] = []
         moving: list[Sample] = []
         self.series = 0
-        for families, identities in blocks:
+        for families, identities, members in blocks:
             for family in families:
                 parts.append(_header(family).replace("%", "%%"))
                 for identity in identities:
-                    for sample in _samples(family, identity, gpus, start):
+                    for sample in _samples(family, identity, gpus, members, start):
                         value = "%r" if sample.slope else repr(sample.base)
                         parts.append(sample.prefix.replace("%", "%%") + value + "\n")
                         if sample.slope:
@@ -208,17 +290,19 @@ class Fleet:
         instance_families = [f for f in families if not _is_proxy_family(f)]
         per_instance_proxy = [f for f in families
                               if _is_proxy_family(f) and "instance_id" in f.labels]
-        proxy_level = [f for f in families if _is_proxy_family(f) and "instance_id" not in f.labels]
-        ids = [{"proxy_id": _proxy_id(i % proxies), "instance_id": f"inst-{i:06d}",
-                "source": "fleet"} for i in range(instances)]
+        proxy_level = [f for f in families if _is_proxy_family(f)
+                       and "instance_id" not in f.labels and f.name not in GATEWAY_ONLY]
+        ids = [{"proxy_id": _proxy_id(i % proxies), "instance_id": f"inst-{i:06d}"}
+               for i in range(instances)]
         self.instance_shards = {
-            str(n): Shard([(instance_families, ids[lo:lo + shard_size])], gpus, start)
+            str(n): Shard([(instance_families, ids[lo:lo + shard_size], 1)], gpus, start)
             for n, lo in enumerate(range(0, instances, shard_size))}
-        self.proxy_shards = {
-            _proxy_id(p): Shard([(per_instance_proxy, ids[p::proxies]),
-                                 (proxy_level, [{"proxy_id": _proxy_id(p), "source": "fleet"}])],
-                                gpus, start)
-            for p in range(proxies)}
+        self.proxy_shards: dict[str, Shard] = {}
+        for p in range(proxies):
+            members = ids[p::proxies]
+            self.proxy_shards[_proxy_id(p)] = Shard(
+                [(per_instance_proxy, members, 1),
+                 (proxy_level, [{"proxy_id": _proxy_id(p)}], len(members))], gpus, start)
 
     def shards(self) -> Iterator[Shard]:
         yield from self.instance_shards.values()

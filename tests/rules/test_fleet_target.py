@@ -26,7 +26,12 @@ def test_serves_every_catalog_family_with_its_labels() -> None:
     fleet = Fleet(instances=3, proxies=2, gpus=2, shard_size=2, start=1000.0)
     fleet.render(1010.0)
     parsed = _parse(fleet)
+    # The simulated Proxies are embedded ones: gateway-mode collector health is
+    # not theirs to publish (exporters/proxy/collector.py).
+    gateway_only = {catalog.PROXY_COLLECTOR_SAMPLE_AGE, catalog.PROXY_COLLECTOR_ERRORS}
     for family in catalog.all_families():
+        if family in gateway_only:
+            continue
         base = family.name.removesuffix("_total") if family.kind == "counter" else family.name
         samples = parsed.pop(base)
         assert samples, family.name
@@ -82,3 +87,58 @@ def test_a_gpu_less_fleet_has_no_gpu_series() -> None:
     gpu_families = {f.name for f in catalog.all_families() if "gpu_model" in f.labels}
     served = {name for name, samples in _parse(fleet).items() if samples}
     assert gpu_families and not gpu_families & served
+
+
+def test_pool_series_agree_with_the_per_instance_series() -> None:
+    """The new rules read the Proxy's pool series; they must say what its Instances say."""
+    fleet = Fleet(instances=5, proxies=2, gpus=1, start=1000.0)
+    fleet.render(1010.0)
+    parsed = _parse(fleet)
+
+    def by_proxy(family: catalog.Family) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for _, labels, value in parsed[family.name]:
+            out[labels["proxy_id"]] = out.get(labels["proxy_id"], 0.0) + value
+        return out
+
+    registered = by_proxy(catalog.PROXY_INSTANCE_REGISTERED)
+    assert registered == {"proxy-0000": 3, "proxy-0001": 2}
+    assert by_proxy(catalog.POOL_INSTANCES_REGISTERED) == registered
+    assert by_proxy(catalog.POOL_INSTANCES_ALIVE) == by_proxy(catalog.PROXY_INSTANCE_ALIVE)
+    assert set(by_proxy(catalog.POOL_INSTANCES_STALE).values()) == {0}
+    assert by_proxy(catalog.POOL_INFLIGHT) == by_proxy(catalog.PROXY_INSTANCE_INFLIGHT)
+    assert by_proxy(catalog.POOL_CAPACITY) == by_proxy(catalog.PROXY_INSTANCE_CAPACITY)
+    # Every Instance was dispatched to a moment ago: none idle, none unknown.
+    assert set(by_proxy(catalog.POOL_INSTANCES_IDLE).values()) == {0}
+    assert set(by_proxy(catalog.POOL_INSTANCES_IDLE_UNKNOWN).values()) == {0}
+    states = {labels["instance_id"]: labels["state"]
+              for _, labels, value in parsed[catalog.INSTANCE_ADMISSION_STATE.name] if value == 1}
+    levels = {labels["instance_id"]: value
+              for _, labels, value in parsed[catalog.INSTANCE_ADMISSION_LEVEL.name]}
+    assert levels == {i: catalog.ADMISSION_LEVELS[s] for i, s in states.items()}
+    assert len(levels) == 5
+
+
+def test_sources_are_the_ones_the_rules_select() -> None:
+    """Labelled as the real exporters label them, or the rules' fallbacks are timed."""
+    fleet = Fleet(instances=2, proxies=1, gpus=1, start=1000.0)
+    fleet.render(1010.0)
+    parsed = _parse(fleet)
+    expected = {
+        catalog.POOL_INSTANCES_REGISTERED: catalog.SOURCE_PROXY_REGISTRY,
+        catalog.POOL_INSTANCES_IDLE: catalog.SOURCE_PROXY_DISPATCH,
+        catalog.POOL_INFLIGHT: catalog.SOURCE_PROXY_DISPATCH,
+        catalog.POOL_CAPACITY: catalog.SOURCE_CONFIGURED,
+        catalog.PROXY_INSTANCE_ALIVE: catalog.SOURCE_PROXY_REGISTRY,
+        catalog.PROXY_QUEUE_DEPTH: catalog.SOURCE_PROXY_QUEUE,
+        catalog.HOST_CPU_UTILIZATION: catalog.SOURCE_PSUTIL,
+        catalog.INSTANCE_GPUS: catalog.SOURCE_NVML,
+        catalog.ENGINE_REQUESTS_RUNNING: catalog.engine_source("vllm"),
+        catalog.COLLECTOR_SAMPLE_AGE: catalog.SOURCE_EXPORTER,
+    }
+    for family, source in expected.items():
+        assert {labels["source"] for _, labels, _ in parsed[family.name]} == {source}, family.name
+    assert {labels["source"] for _, labels, _ in parsed["poolscope_proxy_requests"]} == {
+        catalog.SOURCE_PROXY_DISPATCH}
+    assert {labels["collector"] for _, labels, _ in
+            parsed[catalog.PROXY_COLLECTOR_SUCCESS.name]} == {"proxy"}

@@ -22,9 +22,17 @@ from tests.support.prometheus import REPO, binary
 RULES_DIR = REPO / "rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.yml"))
-LEVELS = {"poolscope.instance": ("instance", "instance_gpu")}
+# Record-name levels a group may use beyond the pool level; every group records
+# pool rollups only (rules/proxy_pool.yml: no per-Instance records).
+LEVELS: dict[str, tuple[str, ...]] = {}
 POOL_LEVEL = "proxy_pool"
 RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$|^proxy_pool:[a-z_]+$")
+# A rollup whose source depends on which input answered carries it dynamically:
+# it aggregates `by (..., source)`, or sets it with label_replace(v, "source", ...)
+# (the destination: the label name followed by the replacement and a source label).
+DYNAMIC_SOURCE = re.compile(
+    r"\bby\s*\([^)]*\bsource\b[^)]*\)"
+    r'|label_replace\s*\([\s\S]*?,\s*"source"\s*,\s*"[^"]*"\s*,')
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -61,6 +69,13 @@ def _single_case_file(tmp_path: Path, test_file: Path, case: dict[str, Any]) -> 
 @pytest.mark.parametrize("rule_file", RULE_FILES, ids=lambda p: p.name)
 def test_promtool_check_rules(rule_file: Path) -> None:
     result = _run(binary("promtool"), "check", "rules", str(rule_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_checks_the_benchmark_floor() -> None:
+    """bench/floor_rules anchors the rules cost in docs/benchmarks.md; it must keep loading."""
+    floor = REPO / "bench" / "floor_rules" / "proxy_pool.yml"
+    result = _run(binary("promtool"), "check", "rules", str(floor))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -132,7 +147,20 @@ def test_pool_rollups_name_their_source() -> None:
             level = name.split(":", 1)[0]
             assert level in LEVELS.get(group["name"], (POOL_LEVEL,)), (group["name"], name)
             if level == POOL_LEVEL:
-                assert rule.get("labels", {}).get("source"), name
+                assert (rule.get("labels") or {}).get("source") or DYNAMIC_SOURCE.search(
+                    rule["expr"]), name
+
+
+@pytest.mark.parametrize(("expr", "dynamic"), [
+    ("max by (proxy_id, source) (x)", True),
+    ("sum by (source) (x)", True),
+    ('label_replace(count by (proxy_id) (x), "source", "self_declared", "", "")', True),
+    ("sum by (proxy_id) (x)", False),
+    ("sum by (proxy_id, sources) (x)", False),
+    ('label_replace(x, "term", "queue", "source", "(.*)")', False),
+])
+def test_a_dynamic_source_is_recognised(expr: str, dynamic: bool) -> None:
+    assert bool(DYNAMIC_SOURCE.search(expr)) is dynamic
 
 
 @pytest.mark.parametrize("rule_file", RULE_FILES, ids=lambda p: p.name)
