@@ -144,7 +144,8 @@ FIELDS: tuple[Field, ...] = (
     Field("load.ready_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
           _QUEUE.format("ready"), _NO_QUEUE, matchers={"queue": "ready"}, group="queue"),
     Field("load.saturation", "proxy_pool:saturation:ratio", Classification.DERIVED,
-          "max(queue_pressure, engine waiting / 5, KV-cache usage / 0.8), seed 004",
+          "max(queue_pressure, mean poolscope_engine_saturation_ratio: each engine's "
+          "max(waiting / 5, KV-cache usage / 0.8)), seed 004",
           "neither queue pressure nor engine load is known", group="load"),
     Field("load.engine_running_total", "proxy_pool:engine_requests_running:sum",
           Classification.MEASURED,

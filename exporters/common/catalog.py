@@ -138,6 +138,11 @@ ENGINE_KV_CACHE_USAGE = _instance(
     "poolscope_engine_kv_cache_usage_ratio", "gauge",
     "KV-cache blocks in use, 0..1, averaged over data-parallel ranks; absent for "
     "engines that do not expose it (TGI).")
+ENGINE_SATURATION = _instance(
+    "poolscope_engine_saturation_ratio", "gauge",
+    "The engine's load against its healthy limit (1): max(waiting requests / WAITING_Q, "
+    "KV-cache usage / KV_FULL), thresholds in exporters/common/thresholds.py; one term "
+    "when the engine exposes only one. What the pool's saturation averages.")
 ENGINE_REQUEST_SUCCESS = _instance(
     "poolscope_engine_request_success_total", "counter",
     "Requests the engine finished successfully (its own counter).")

@@ -20,6 +20,7 @@ from exporters.common.health import ErrorReason
 from exporters.common.identity import Identity
 from exporters.common.promtext import PromTextError, first_prefix, select
 from exporters.common.sampling import SampleError
+from exporters.common.thresholds import KV_FULL, WAITING_Q
 from exporters.instance.engines import DETECT_PREFIXES, MAPPINGS, EngineMapping
 
 AUTO = "auto"
@@ -38,6 +39,16 @@ class EngineSample:
     @property
     def source(self) -> str:
         return catalog.engine_source(self.engine)
+
+    @property
+    def saturation(self) -> float | None:
+        """The engine scored as the Gateway API Inference Extension scores an endpoint:
+        the worse of its queue against WAITING_Q and its KV cache against KV_FULL (1 is
+        the healthy limit); one side alone when the other is not exposed (TGI has no
+        KV figure), None when neither is."""
+        terms = [v / limit for v, limit in ((self.waiting, WAITING_Q),
+                                            (self.kv_cache_usage, KV_FULL)) if v is not None]
+        return max(terms) if terms else None
 
 
 _FIELDS: tuple[tuple[str, catalog.Family], ...] = (
@@ -116,7 +127,7 @@ class EngineReader:
         return await fetch_text(self._session, self.url)
 
     def families(self, sample: EngineSample, ids: Identity) -> Iterator[Metric]:
-        for attr, family in _FIELDS:
+        for attr, family in (*_FIELDS, ("saturation", catalog.ENGINE_SATURATION)):
             value = getattr(sample, attr)
             if value is not None:
                 metric = family.new()

@@ -8,7 +8,8 @@ import pytest
 
 from exporters.common.health import ErrorReason
 from exporters.common.sampling import SampleError
-from exporters.instance.engine import detect, interpret
+from exporters.common.thresholds import KV_FULL, WAITING_Q
+from exporters.instance.engine import EngineSample, detect, interpret
 from exporters.instance.engines import MAPPINGS, SGLANG, TGI, VLLM
 from tests.instance.conftest import (
     EngineServer,
@@ -186,3 +187,17 @@ async def test_engine_recovers_after_failure(
     assert registry.get_sample_value("poolscope_engine_requests_running",
                                      labels("engine:sglang")) == 312
     assert registry.get_sample_value("poolscope_collector_success", health("engine")) == 1
+
+
+@pytest.mark.parametrize(("waiting", "kv", "score"), [
+    (2.0, 0.5, 0.625),   # the KV cache is the tighter limit: 0.5 / KV_FULL
+    (10.0, 0.5, 2.0),    # the queue is: 10 / WAITING_Q
+    (3.0, None, 0.6),    # TGI: no KV figure, scored on its queue alone
+    (None, None, None),  # nothing to score: absent, not 0
+])
+def test_engine_saturation_is_the_worse_of_queue_and_kv(waiting: float | None, kv: float | None,
+                                                        score: float | None) -> None:
+    sample = EngineSample("vllm", running=1.0, waiting=waiting, kv_cache_usage=kv,
+                          request_success=None, prompt_tokens=None, generation_tokens=None)
+    assert sample.saturation == (None if score is None else pytest.approx(score))
+    assert (WAITING_Q, KV_FULL) == (5.0, 0.8)  # the limits the cases above were worked with

@@ -30,12 +30,6 @@ def test_freshness_threshold() -> None:
     assert _numbers(r"<=\s*(\d+(?:\.\d+)?)", expr) == {thresholds.FRESH_S}
 
 
-def test_saturation_thresholds() -> None:
-    expr = _rule("proxy_pool:saturation:ratio")
-    assert _numbers(r'"waiting", "", ""\)\s*/\s*(\d+(?:\.\d+)?)', expr) == {thresholds.WAITING_Q}
-    assert _numbers(r'"kv", "", ""\)\s*/\s*(\d+(?:\.\d+)?)', expr) == {thresholds.KV_FULL}
-
-
 def test_member_memory() -> None:
     expr = _rule("proxy_pool:instances:count")
     assert set(re.findall(r"last_over_time\([^\[]*\[(\w+)\]\)", expr)) == {
