@@ -145,7 +145,7 @@ FIELDS: tuple[Field, ...] = (
           _QUEUE.format("ready"), _NO_QUEUE, matchers={"queue": "ready"}, group="queue"),
     Field("load.saturation", "proxy_pool:saturation:ratio", Classification.DERIVED,
           "max(queue_pressure, mean poolscope_engine_saturation_ratio: each engine's "
-          "max(waiting / 5, KV-cache usage / 0.8)), seed 004",
+          "max(waiting / 5, KV-cache usage / 0.8))",
           "neither queue pressure nor engine load is known", group="load"),
     Field("load.engine_running_total", "proxy_pool:engine_requests_running:sum",
           Classification.MEASURED,

@@ -286,8 +286,8 @@ POOL_INFLIGHT = _proxy(
 POOL_CAPACITY = _proxy(
     "poolscope_proxy_pool_capacity_requests", "gauge",
     "Concurrent requests configured at the Proxy for its alive Instances "
-    "(source=configured), 0 when none of them is alive; absent when no Instance "
-    "has one configured.")
+    "(source=configured), 0 when none of them is alive; absent when no Instance, or "
+    "an alive one, has none configured.")
 PROXY_COLLECTOR_SUCCESS = _proxy(
     "poolscope_proxy_collector_success", "gauge",
     "1 when the Proxy collector read its state, 0 when it failed.", "collector")

@@ -6,7 +6,7 @@ exporter look down (`up == 0`) and take every healthy series with it. So each
 reader runs in its own task at a fixed interval, bounded by a timeout; the
 scrape only copies the latest held sample. A failed sample drops what was held
 (measured or absent: the last good value is not re-served as if current) and
-the health board says why. A held sample older than `max_age` (the loop
+the health board says why. A held sample older than FRESH_S (the loop
 itself stalled) is not served either: what an exporter serves is fresh, so the
 recording rules need no freshness gate of their own.
 """
@@ -72,12 +72,10 @@ class Slot(Generic[S]):
     # thread every tick would pile up until it starved the other collectors.
     pending: asyncio.Future[S] | None = None
 
-    max_age: float = FRESH_S
-
     def fresh(self) -> bool:
-        """A sample is held and no older than `max_age`."""
+        """A sample is held and no older than FRESH_S."""
         age = self.health.age()
-        return self.value is not None and age is not None and age <= self.max_age
+        return self.value is not None and age is not None and age <= FRESH_S
 
     def current(self) -> S | None:
         """The held sample while it is fresh: what the exporter serves and decides on."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 # A host sample is fresh for 3 scrape intervals of 5 s. The Instance exporter
 # serves no sample older than this, so the rules need no freshness gate.
 FRESH_S = 15.0
-# An Instance with no dispatch for this long counts as idle (seed 002).
+# An Instance with no dispatch for this long counts as idle.
 IDLE_S = 300.0
 # Engine waiting requests that count as a full queue, and the KV-cache occupancy
 # that counts as saturated (the Gateway API Inference Extension's defaults).

@@ -98,12 +98,16 @@ class ProxyCollector(Collector):
         inflight.add_metric((self.proxy_id, c.SOURCE_PROXY_DISPATCH),
                             float(sum(i.dispatch.inflight for i in instances)))
         families.append(inflight)
-        # Configured for any member: the alive ones' sum, a measured 0 when none is
-        # alive (a dead Instance offers nothing). Configured for none: absent.
+        # The alive Instances' configured sum, a measured 0 when none is alive (a dead
+        # Instance offers nothing). Absent when none is configured, or when an alive
+        # one is not: its capacity is unknown here, not 0, and the Instance
+        # exporters' figures stand in (rules/proxy_pool.yml).
         capacity = c.POOL_CAPACITY.new()
-        if any(i.capacity is not None for i in instances):
+        configured = [i.capacity for i in alive]
+        if (any(i.capacity is not None for i in instances)
+                and all(v is not None for v in configured)):
             capacity.add_metric((self.proxy_id, c.SOURCE_CONFIGURED),
-                                float(sum(i.capacity or 0 for i in alive)))
+                                float(sum(v for v in configured if v is not None)))
         families.append(capacity)
         return families
 

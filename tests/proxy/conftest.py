@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
@@ -17,6 +17,7 @@ from deploy.demo.proxy import EXPORTER, create_app
 from deploy.demo.proxy_chat import PathConfig
 from exporters.proxy import ProxyExporter
 
+T = TypeVar("T")
 PROXY_ID = "proxy-test"
 HOLD = "hold"  # a message with this content makes the fake engine wait for release()
 
@@ -39,14 +40,24 @@ class FakeClock:
         self.now_wall += seconds
 
 
-async def eventually(check: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
-    """Wait for another task to reach a state; the limit only guards against hangs."""
+async def until(probe: Callable[[], T], ok: Callable[[T], bool], what: str,
+                limit_s: float = 10.0) -> T:
+    """Poll `probe` while other tasks run until `ok` holds; the value that held. The
+    limit only guards against hangs."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
-    while not check():
+    while True:
+        seen = probe()
+        if ok(seen):
+            return seen
         if loop.time() > deadline:
-            raise AssertionError(f"never happened: {what}")
+            raise AssertionError(f"never happened within {limit_s:g}s: {what}")
         await asyncio.sleep(0.005)
+
+
+async def eventually(check: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
+    """Wait for another task to reach a state."""
+    await until(check, bool, what, limit_s)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from exporters.proxy.__main__ import parse
 from exporters.proxy.gateway import GatewayExporter, GatewayReader, reading_families
 from exporters.proxy.gateways import GATEWAYS
 from exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from tests.proxy.conftest import until
 from tests.support.prometheus import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
@@ -558,20 +559,6 @@ def scrape(registry: CollectorRegistry) -> Samples:
     return samples_of(generate_latest(registry).decode())
 
 
-async def until(probe: Callable[[], T], ok: Callable[[T], bool], what: str,
-                limit_s: float = WAIT_S) -> T:
-    """Poll `probe` while the sampling loop runs until `ok` holds; the value that held."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while True:
-        seen = probe()
-        if ok(seen):
-            return seen
-        if loop.time() > deadline:
-            raise AssertionError(f"never happened within {limit_s:g}s: {what}")
-        await asyncio.sleep(0.01)
-
-
 def health(page: Samples, name: str, proxy_id: str, **extra: str) -> float | None:
     return value(page, name, proxy_id=proxy_id, **HEALTH, **extra)
 
@@ -640,7 +627,7 @@ async def test_exporter_serves_the_gateway_and_goes_absent_while_it_fails(
                        for p in pools)
 
         page = await until(lambda: scrape(registry), failed,
-                           f"success 0 and a {reason.value} error for every pool")
+                           f"success 0 and a {reason.value} error for every pool", WAIT_S)
         # Measured or absent: not one state series is left, and none became a 0.
         assert state_series(page) == []
         for p in pools:
@@ -654,7 +641,7 @@ async def test_exporter_serves_the_gateway_and_goes_absent_while_it_fails(
             lambda: scrape(registry),
             lambda page: all(health(page, "poolscope_proxy_collector_success", p) == 1
                              for p in pools) and bool(state_series(page)),
-            f"the series back after {reason.value}")
+            f"the series back after {reason.value}", WAIT_S)
         assert_llmgw_by_pool(page)
 
 
@@ -675,7 +662,8 @@ async def test_fixed_pool_says_why_before_its_first_good_read(
         assert health(page, "poolscope_proxy_collector_sample_age_seconds", "p1") is None
         await gateway.up()
         page = await until(lambda: scrape(registry),
-                           lambda page: bool(state_series(page)), "the EPP's series")
+                           lambda page: bool(state_series(page)), "the EPP's series",
+                           WAIT_S)
         source = {"proxy_id": "p1", "source": "gateway:gie"}
         assert value(page, c.POOL_INSTANCES_ALIVE.name, **source) == 3
         assert value(page, c.POOL_INFLIGHT.name, **source) == 25

@@ -295,7 +295,7 @@ async def test_pool_counts_agree_with_the_per_instance_series(
     reg = exporter.instances
     reg.register("busy", "http://busy", capacity=8)
     reg.register("idle", "http://idle", capacity=4)
-    reg.register("never", "http://never")
+    reg.register("never", "http://never", capacity=2)
     reg.register("late", "http://late", capacity=16)
     async with exporter.dispatch.track("idle"):
         pass
@@ -307,8 +307,19 @@ async def test_pool_counts_agree_with_the_per_instance_series(
                                         "idle": 1.0, "idle_unknown": 2.0}
         assert value(metrics, catalog.POOL_INFLIGHT.name, source="proxy_dispatch") == 1.0
         # Configured capacity of the alive Instances only: a late one offers nothing.
-        assert value(metrics, catalog.POOL_CAPACITY.name, source="configured") == 12.0
+        assert value(metrics, catalog.POOL_CAPACITY.name, source="configured") == 14.0
         per_instance = sum(
             value(metrics, catalog.PROXY_INSTANCE_INFLIGHT.name, instance_id=i,
                   source="proxy_dispatch") or 0.0 for i in ("busy", "idle", "never", "late"))
         assert per_instance == 1.0
+
+
+
+def test_an_alive_instance_without_a_configured_capacity_leaves_the_pool_s_absent(
+        exporter: ProxyExporter, metrics: CollectorRegistry, clock: FakeClock) -> None:
+    """Its capacity is unknown at the Proxy, not 0: the Instance exporters' stand in."""
+    exporter.instances.register("configured", "http://c", capacity=8)
+    exporter.instances.register("unconfigured", "http://u")
+    assert catalog.POOL_CAPACITY.name not in published(metrics)
+    clock.advance(10.0)  # both heartbeats late: nothing alive offers anything
+    assert value(metrics, catalog.POOL_CAPACITY.name, source="configured") == 0.0

@@ -58,6 +58,7 @@ def read(page: Page, pools: Pools) -> list[PoolReading]:
                 flags.setdefault((pool, labels.get("replica", "")), []).append(flag(name, value))
     for pool, samples in by_pool(_pooled(page, _INFLIGHT, pools), pools).items():
         reading = readings.setdefault(pool, PoolReading(pool))
+        reading.inflight = sum(value for _, value in samples)
         for labels, value in samples:
             replica = labels.get("replica", "")
             down = flags.get((pool, replica), [])
@@ -73,7 +74,6 @@ def read(page: Page, pools: Pools) -> list[PoolReading]:
     for reading in readings.values():
         members = reading.endpoints.values()
         reading.registered = float(len(members))
-        reading.inflight = sum(e.inflight or 0.0 for e in members)
         if all(e.alive is not None for e in members):
             reading.alive = float(sum(1 for e in members if e.alive))
             reading.stale = reading.registered - reading.alive
