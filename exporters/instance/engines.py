@@ -1,21 +1,23 @@
-"""Where each engine keeps the load numbers, by its real metric names.
+"""Where each engine keeps the load numbers, by its real metric names and labels.
 
-Each field lists candidate names, newest first; the first one on the page
-wins. A field with no candidates is one the engine does not measure, and its
-series stays absent (TGI has no KV-cache gauge: absent, never 0).
+A field is a sum of series; each series lists candidate names, newest first,
+and the first one on the page is read. A field with no series is one the
+engine does not measure, and its Poolscope series stays absent (TGI and
+llama.cpp have no KV-cache gauge: absent, never 0).
 
-Running, waiting and the counters are summed over every label set the engine
-exposes for them: vLLM's `engine` index and SGLang's `dp_rank` split one
-replica into data-parallel ranks, and vLLM splits `request_success` by
-`finished_reason`. The KV ratio is averaged over label sets, since every rank
-has a pool of the same size.
-
-Left out on purpose:
-- SGLang has no success counter (`sglang:num_requests_total` counts requests
-  that finished in any way), so request_success is absent for SGLang.
-- TGI only has token histograms (`tgi_request_input_length`,
-  `tgi_request_generated_tokens`) recorded on its own terms, not counters of
-  tokens processed, so its token series are absent.
+How the label sets of one series are combined (engine.py does it):
+- `copies`: labels whose values are copies of one measurement, not parts of
+  it (vLLM's `pid` with several API servers, where one copy is live and the
+  others read 0; SGLang's `tp_rank` under context parallelism, where every
+  rank reports the same requests). The copies of a sample count once: their
+  maximum.
+- `totals`: labels whose empty value already holds the total of the others
+  (SGLang's `priority`). Where that total is on the page, only it is read.
+- What is left are ranks (vLLM's `engine`, SGLang's `dp_rank`) or splits such
+  as vLLM's `finished_reason`: counts are summed, the KV ratio gives a mean
+  and a max over the ranks.
+The reading of every engine is documented, with its sources, in
+docs/metrics.md ("Engines").
 """
 
 from __future__ import annotations
@@ -24,54 +26,147 @@ from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
+class Series:
+    """One metric by its candidate names, optionally only the samples whose
+    labels equal `where` (Prometheus semantics: a missing label equals "")."""
+
+    names: tuple[str, ...]
+    where: tuple[tuple[str, str], ...] = ()
+
+
+Field = tuple[Series, ...]
+
+
+def read(*names: str, **where: str) -> Field:
+    """A field read from one series."""
+    return (Series(names, tuple(sorted(where.items()))),)
+
+
+@dataclass(frozen=True)
 class EngineMapping:
     engine: str
-    running: tuple[str, ...]
-    waiting: tuple[str, ...]
-    kv_cache_usage: tuple[str, ...]
-    request_success: tuple[str, ...]
-    prompt_tokens: tuple[str, ...]
-    generation_tokens: tuple[str, ...]
+    # How auto-detection recognises the page: prefixes its sample lines start
+    # with that no other engine's do.
+    detect: tuple[str, ...]
+    running: Field
+    waiting: Field
+    kv_cache_usage: Field
+    request_success: Field
+    prompt_tokens: Field
+    generation_tokens: Field
+    # A concurrency limit the engine states on its page (TensorRT-LLM's max batch).
+    capacity: Field = ()
+    copies: tuple[str, ...] = ()
+    totals: tuple[str, ...] = ()
+    # Other spellings of a name prefix (SGLang's `sglang_` for `sglang:`,
+    # through metric bridges): a name is read under either.
+    aliases: tuple[tuple[str, str], ...] = ()
+    # A JSON document beside /metrics whose `total_slots` is the number of
+    # requests the engine runs at once (llama.cpp's /props).
+    slots_path: str | None = None
+
+    def spellings(self, name: str) -> tuple[str, ...]:
+        """`name` and its spellings under the aliases of its prefix."""
+        return (name, *(alias + name[len(prefix):] for prefix, alias in self.aliases
+                        if name.startswith(prefix)))
 
     def names(self) -> frozenset[str]:
         """Every metric name this mapping may read."""
-        return frozenset(n for f in fields(self) if f.name != "engine"
-                         for n in getattr(self, f.name))
+        return frozenset(spelling for f in fields(self)
+                         if f.name in LOAD_FIELDS or f.name == "capacity"
+                         for series in getattr(self, f.name) for name in series.names
+                         for spelling in self.spellings(name))
 
+
+# The fields every mapping fills, in the order the exporter publishes them.
+LOAD_FIELDS = ("running", "waiting", "kv_cache_usage", "request_success", "prompt_tokens",
+               "generation_tokens")
 
 VLLM = EngineMapping(
     engine="vllm",
-    running=("vllm:num_requests_running",),
-    waiting=("vllm:num_requests_waiting",),
+    detect=("vllm:",),
+    running=read("vllm:num_requests_running"),
+    waiting=read("vllm:num_requests_waiting"),
     # v1 renamed gpu_cache_usage_perc (deprecated in 0.9) to kv_cache_usage_perc.
-    kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    request_success=("vllm:request_success_total",),
-    prompt_tokens=("vllm:prompt_tokens_total",),
-    generation_tokens=("vllm:generation_tokens_total",),
+    kv_cache_usage=read("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    request_success=read("vllm:request_success_total"),
+    prompt_tokens=read("vllm:prompt_tokens_total"),
+    generation_tokens=read("vllm:generation_tokens_total"),
+    copies=("pid",),
 )
 
 SGLANG = EngineMapping(
     engine="sglang",
-    running=("sglang:num_running_reqs",),
-    waiting=("sglang:num_queue_reqs",),
-    kv_cache_usage=("sglang:token_usage",),
+    detect=("sglang:", "sglang_"),
+    running=read("sglang:num_running_reqs"),
+    # Requests admitted but not yet running: the scheduler's queue, the grammar
+    # queue (structured output being compiled) and, on disaggregated workers, the
+    # prefill bootstrap and decode prealloc/transfer queues. The prefill inflight
+    # queue is already computed (it only ships its KV), and the decode host-receive
+    # queue is part of the transfer queue: neither is added.
+    waiting=(*read("sglang:num_queue_reqs"), *read("sglang:num_grammar_queue_reqs"),
+             *read("sglang:num_prefill_bootstrap_queue_reqs"),
+             *read("sglang:num_decode_prealloc_queue_reqs"),
+             *read("sglang:num_decode_transfer_queue_reqs")),
+    # token_usage is the fullest of the full, sliding-window and Mamba pools;
+    # full_token_usage is the KV cache alone.
+    kv_cache_usage=read("sglang:full_token_usage", "sglang:token_usage"),
     request_success=(),
-    prompt_tokens=("sglang:prompt_tokens_total",),
-    generation_tokens=("sglang:generation_tokens_total",),
+    prompt_tokens=read("sglang:prompt_tokens_total"),
+    generation_tokens=read("sglang:generation_tokens_total"),
+    # Context-parallel ranks (and every TP rank with --enable-metrics-for-all-
+    # schedulers) report the same requests, told apart only by tp_rank.
+    copies=("tp_rank",),
+    totals=("priority",),
+    aliases=(("sglang:", "sglang_"),),
 )
 
 TGI = EngineMapping(
     engine="tgi",
-    running=("tgi_batch_current_size",),
-    waiting=("tgi_queue_size",),
+    detect=("tgi_",),
+    running=read("tgi_batch_current_size"),
+    waiting=read("tgi_queue_size"),
     kv_cache_usage=(),
     # TGI's counters carry no `_total` suffix (metrics-exporter-prometheus).
-    request_success=("tgi_request_success",),
+    request_success=read("tgi_request_success"),
     prompt_tokens=(),
     generation_tokens=(),
 )
 
-MAPPINGS: dict[str, EngineMapping] = {m.engine: m for m in (VLLM, SGLANG, TGI)}
+LLAMACPP = EngineMapping(
+    engine="llamacpp",
+    detect=("llamacpp:",),
+    running=read("llamacpp:requests_processing"),
+    waiting=read("llamacpp:requests_deferred"),
+    # Removed in 2025 (builds since have no KV figure: absent).
+    kv_cache_usage=read("llamacpp:kv_cache_usage_ratio"),
+    request_success=(),
+    # Since 2025 prompt_tokens_total leaves out the tokens reused from the cache;
+    # with them the count means what vLLM's and SGLang's mean: every prompt token.
+    prompt_tokens=(*read("llamacpp:prompt_tokens_total"),
+                   *read("llamacpp:prompt_tokens_cached_total")),
+    generation_tokens=read("llamacpp:tokens_predicted_total"),
+    slots_path="props",
+)
 
-# How `--engine auto` recognises a page: the prefix its sample lines start with.
-DETECT_PREFIXES: dict[str, str] = {"vllm:": "vllm", "sglang:": "sglang", "tgi_": "tgi"}
+# TensorRT-LLM's Triton backend (the inflight batcher). `waiting` and the KV
+# `fraction` exist since backend v0.18; older pages leave both absent.
+_TRT_REQUESTS = "nv_trt_llm_request_metrics"
+TRTLLM = EngineMapping(
+    engine="trtllm",
+    detect=("nv_trt_llm_",),
+    running=read(_TRT_REQUESTS, request_type="scheduled"),
+    waiting=read(_TRT_REQUESTS, request_type="waiting"),
+    kv_cache_usage=read("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction"),
+    # Triton's own counter, for the backend's model under its conventional name
+    # (an ensemble in front counts the same requests again under its own).
+    request_success=read("nv_inference_request_success", model="tensorrt_llm"),
+    # Per-request token histograms (backend v0.16+): their sums are token counters.
+    prompt_tokens=read("nv_llm_input_token_len_sum"),
+    generation_tokens=read("nv_llm_output_token_len_sum"),
+    # The most requests the executor keeps active (its max batch size).
+    capacity=read(_TRT_REQUESTS, request_type="max"),
+)
+
+MAPPINGS: dict[str, EngineMapping] = {
+    m.engine: m for m in (VLLM, SGLANG, TGI, LLAMACPP, TRTLLM)}

@@ -65,7 +65,8 @@ class InstanceExporter(Collector):
         self._engine_reader: EngineReader | None = None
         if settings.engine_metrics_url:
             self._engine_reader = EngineReader(settings.engine_metrics_url, settings.engine,
-                                               settings.engine_timeout)
+                                               settings.engine_timeout,
+                                               engine_capacity=settings.capacity is None)
             self.engine = self.loop.add(self._engine_reader,
                                         timeout=settings.engine_timeout + _LOOP_GRACE_S)
             self.engine.observers.append(self.capacity.observe)
@@ -81,7 +82,7 @@ class InstanceExporter(Collector):
         engine = self.engine.current() if self.engine else None
         host = self.host.current()
         return AdmissionInputs(
-            kv_cache_usage=engine.kv_cache_usage if engine else None,
+            kv_cache_usage=engine.kv_cache_usage_max if engine else None,
             waiting=engine.waiting if engine else None,
             memory_free_ratio=host.memory_free_ratio if host else None)
 

@@ -28,6 +28,9 @@ class EngineServer:
     status: int = 200
     hang: bool = False
     requests: int = 0
+    # llama.cpp's /props beside /metrics: None answers 404, as other engines do.
+    props: str | None = None
+    props_requests: int = 0
     _release: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -37,12 +40,19 @@ class EngineServer:
         return web.Response(text=self.body, status=self.status,
                             content_type="text/plain", charset="utf-8")
 
+    async def handle_props(self, _: web.Request) -> web.Response:
+        self.props_requests += 1
+        if self.props is None:
+            return web.Response(status=404)
+        return web.Response(text=self.props, content_type="application/json")
+
 
 @pytest.fixture
 async def engine_server() -> AsyncIterator[EngineServer]:
     server = EngineServer()
     app = web.Application()
     app.router.add_get("/metrics", server.handle)
+    app.router.add_get("/props", server.handle_props)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

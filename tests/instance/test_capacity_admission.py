@@ -19,7 +19,7 @@ TH = AdmissionThresholds()
 
 
 def engine(running: float | None) -> EngineSample:
-    return EngineSample("vllm", running, 0, 0.1, None, None, None)
+    return EngineSample("vllm", running, 0, 0.1, 0.1, None, None, None)
 
 
 def test_learned_capacity_is_the_high_water_mark_and_absent_before_any_load() -> None:

@@ -32,7 +32,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     [*BASE, "--sample-interval", "-1"],
     [*BASE, "--engine-timeout", "nan"],
     [*BASE, "--capacity", "-3"],
-    [*BASE, "--engine", "llamacpp"],
+    [*BASE, "--engine", "mlc-llm"],
     [*BASE, "--engine-metrics-url", "localhost:8000/metrics"],
     [*BASE, "--admission-kv-degraded", "0.99", "--admission-kv-saturated", "0.5"],
     ["--proxy-id", "p-1"],

@@ -6,12 +6,14 @@ from collections.abc import Callable
 
 import pytest
 
+from exporters.common import catalog
 from exporters.common.health import ErrorReason
 from exporters.common.sampling import SampleError
 from exporters.common.thresholds import KV_FULL, WAITING_Q
 from exporters.instance.engine import EngineSample, detect, interpret
 from exporters.instance.engines import MAPPINGS, SGLANG, TGI, VLLM
 from tests.instance.conftest import (
+    FIXTURES,
     EngineServer,
     MakeExporter,
     fixture_text,
@@ -28,24 +30,73 @@ ENGINE_SERIES = {
 }
 
 
+def _kv(*ranks: float) -> dict[str, float]:
+    return {"kv_cache_usage": sum(ranks) / len(ranks), "kv_cache_usage_max": max(ranks)}
+
+
+NO_KV = {"kv_cache_usage": None, "kv_cache_usage_max": None}
+
+# What a correct reader gets from each real page (tests/fixtures/engines/README.md
+# says where each page comes from and why these are its true values).
 @pytest.mark.parametrize(("fixture", "expected"), [
-    ("vllm", dict(engine="vllm", running=37, waiting=12, kv_cache_usage=0.8123,
+    ("vllm", dict(engine="vllm", running=37, waiting=12, **_kv(0.8123),
                   request_success=11008 + 214 + 9, prompt_tokens=8128902,
                   generation_tokens=7557572)),
-    # Data parallel: two `engine` label sets summed, the KV ratio averaged.
-    ("vllm_dp", dict(engine="vllm", running=24 + 18, waiting=3, kv_cache_usage=(0.61 + 0.43) / 2,
+    # Data parallel: two `engine` label sets summed; KV mean and fullest rank.
+    ("vllm_dp", dict(engine="vllm", running=24 + 18, waiting=3, **_kv(0.61, 0.43),
                      request_success=5602 + 5491, prompt_tokens=4100200 + 3900300,
                      generation_tokens=3800100 + 3700200)),
     # v0 has only the old KV gauge: the fallback name is used.
-    ("vllm_legacy", dict(engine="vllm", running=12, waiting=5, kv_cache_usage=0.734,
+    ("vllm_legacy", dict(engine="vllm", running=12, waiting=5, **_kv(0.734),
                          request_success=3100, prompt_tokens=2345678,
                          generation_tokens=1234567)),
+    # 4 API servers x 2 engines: each engine's KV gauge comes once per API-server
+    # `pid`, one copy live and the rest 0. Copies count once; ranks are averaged.
+    ("vllm_api_servers", dict(engine="vllm", running=16, waiting=3,
+                              **_kv(0.6530455880475035, 0.41), request_success=9699,
+                              prompt_tokens=2367362, generation_tokens=628243)),
     ("sglang", dict(engine="sglang", running=162 + 150, waiting=2826 + 2790,
-                    kv_cache_usage=(0.28 + 0.34) / 2, request_success=None,
+                    **_kv(0.28, 0.34), request_success=None,
                     prompt_tokens=8128902, generation_tokens=7557572)),
+    # Priority scheduling: the total under priority="" plus one series per priority.
+    ("sglang_priority", dict(engine="sglang", running=24, waiting=9,
+                             **_kv(0.711370382585752), prompt_tokens=2597646,
+                             generation_tokens=894256)),
+    # A hybrid model: token_usage reports the Mamba pool (0.88 / 0.69); the KV
+    # cache is full_token_usage.
+    ("sglang_kv_pools", dict(engine="sglang", running=66, waiting=7,
+                             **_kv(0.22909164428710938, 0.3113746643066406),
+                             prompt_tokens=5120934, generation_tokens=1433021)),
+    # A decode worker: queue 3 + grammar 2 + prealloc 11 + transfer 5 wait.
+    ("sglang_disagg", dict(engine="sglang", running=42, waiting=3 + 2 + 11 + 5,
+                           **_kv(0.6152812070066824), prompt_tokens=9120442,
+                           generation_tokens=2750118)),
+    # 8 context-parallel ranks report the same requests under tp_rank 0..7.
+    ("sglang_cp", dict(engine="sglang", running=12, waiting=4,
+                       **_kv(0.36999969482421874), prompt_tokens=40998120,
+                       generation_tokens=5120334)),
+    # Re-served by SGLang's gateway with `sglang_` names.
+    ("sglang_underscore", dict(engine="sglang", running=7, waiting=2,
+                               **_kv(0.1199969900240798), prompt_tokens=418233,
+                               generation_tokens=98112)),
     # TGI: no KV gauge and no token counters, so those are None (absent), never 0.
-    ("tgi", dict(engine="tgi", running=14, waiting=6, kv_cache_usage=None,
+    ("tgi", dict(engine="tgi", running=14, waiting=6, **NO_KV,
                  request_success=1398, prompt_tokens=None, generation_tokens=None)),
+    # llama.cpp as the live server in tests/live/ served it: no KV figure since 2025,
+    # and the slot count lives in /props, not on this page.
+    ("llamacpp", dict(engine="llamacpp", running=0, waiting=0, **NO_KV,
+                      request_success=None, prompt_tokens=2, generation_tokens=2000,
+                      capacity=None)),
+    ("llamacpp_legacy", dict(engine="llamacpp", running=3, waiting=1, **_kv(0.375),
+                             prompt_tokens=48213, generation_tokens=20517)),
+    # TensorRT-LLM in Triton: scheduled requests run, `max` is the batch limit,
+    # success is the backend model's own counter (not the ensemble's as well).
+    ("triton_trtllm", dict(engine="trtllm", running=8, waiting=4, **_kv(0.6),
+                           request_success=1200, prompt_tokens=412800,
+                           generation_tokens=153600, capacity=256)),
+    # Backends before v0.18 publish neither `waiting` nor the KV fraction: absent.
+    ("triton_trtllm_legacy", dict(engine="trtllm", running=8, waiting=None, **NO_KV,
+                                  request_success=1200, capacity=256)),
 ])
 def test_fixture_pages_map_to_engine_load(fixture: str, expected: dict[str, object]) -> None:
     text = fixture_text(fixture)
@@ -96,6 +147,42 @@ def test_unrelated_negative_values_do_not_fail_the_sample() -> None:
     assert interpret(text, VLLM).running == 12
 
 
+def test_a_page_of_no_known_engine_says_so_and_names_the_engines() -> None:
+    with pytest.raises(SampleError) as err:
+        detect("# TYPE up gauge\nup 1\nnv_inference_request_success{model=\"m\"} 3\n")
+    assert err.value.reason is ErrorReason.PARSE
+    assert all(engine in str(err.value) for engine in MAPPINGS)
+
+
+def test_a_page_of_two_engines_is_not_guessed_between() -> None:
+    # A sidecar that merges two engines' pages: auto-detection must not pick one.
+    text = fixture_text("vllm") + fixture_text("llamacpp")
+    with pytest.raises(SampleError) as err:
+        detect(text)
+    assert err.value.reason is ErrorReason.PARSE
+    assert "llamacpp, vllm" in str(err.value) and "--engine" in str(err.value)
+    assert interpret(text, VLLM).running == 37  # naming the engine reads it
+
+
+def test_a_duplicated_series_line_is_a_parse_error_not_a_double_count() -> None:
+    line = ('vllm:num_requests_running{engine="0",model_name="meta-llama/'
+            'Llama-3.1-8B-Instruct"} 37.0\n')
+    text = fixture_text("vllm").replace(line, line + line)
+    assert text.count(line) == 2
+    with pytest.raises(SampleError) as err:
+        interpret(text, VLLM)
+    assert err.value.reason is ErrorReason.PARSE and "duplicate" in str(err.value)
+
+
+def test_sglang_priority_totals_are_read_alone_but_a_breakdown_alone_is_summed() -> None:
+    page = ('sglang:num_running_reqs{priority="",tp_rank="0"} 5\n'
+            'sglang:num_running_reqs{priority="1",tp_rank="0"} 3\n'
+            'sglang:num_running_reqs{priority="2",tp_rank="0"} 2\n')
+    assert interpret(page, SGLANG).running == 5
+    breakdown = "".join(line + "\n" for line in page.splitlines()[1:])
+    assert interpret(breakdown, SGLANG).running == 5
+
+
 def test_forced_engine_that_does_not_match_the_page_is_a_parse_error() -> None:
     with pytest.raises(SampleError) as err:
         interpret(fixture_text("tgi"), SGLANG)
@@ -103,9 +190,13 @@ def test_forced_engine_that_does_not_match_the_page_is_a_parse_error() -> None:
 
 
 def test_every_mapping_reads_only_names_of_its_own_engine() -> None:
-    prefixes = {"vllm": "vllm:", "sglang": "sglang:", "tgi": "tgi_"}
-    for engine, mapping in MAPPINGS.items():
-        assert all(n.startswith(prefixes[engine]) for n in mapping.names())
+    prefixes = [(p, m.engine) for m in MAPPINGS.values() for p in m.detect]
+    for mapping in MAPPINGS.values():
+        assert mapping.running[0].names[0].startswith(mapping.detect)
+    # No engine's prefix starts another engine's names, so detection cannot confuse them.
+    assert not [(a, b) for a, ea in prefixes for b, eb in prefixes
+                if ea != eb and b.startswith(a)]
+    assert set(MAPPINGS) == set(catalog.ENGINES)
     assert TGI.kv_cache_usage == ()
 
 
@@ -120,6 +211,50 @@ async def test_exporter_serves_engine_series_with_engine_source(
         pytest.approx(0.52)
     assert registry.get_sample_value("poolscope_engine_prompt_tokens_total", src) == 8000500
     assert registry.get_sample_value("poolscope_collector_success", health("engine")) == 1
+
+
+async def test_llamacpp_slots_from_props_are_its_capacity(
+        engine_server: EngineServer, make_exporter: MakeExporter) -> None:
+    engine_server.body = fixture_text("llamacpp")
+    engine_server.props = (FIXTURES / "llamacpp_props.json").read_text()
+    exporter, registry = make_exporter(engine_metrics_url=engine_server.url)
+    await exporter.loop.sample_all()
+    src = labels("engine:llamacpp")
+    assert registry.get_sample_value("poolscope_instance_capacity_requests", src) == 2
+    assert registry.get_sample_value("poolscope_engine_generation_tokens_total", src) == 2000
+    assert "poolscope_engine_kv_cache_usage_ratio" not in names(registry)
+    # /props unreadable: the sample fails with its reason; no stale slot count is kept.
+    engine_server.props = "<html>not json"
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("engine", reason="parse")) == 1
+    assert "poolscope_instance_capacity_requests" not in names(registry)
+    engine_server.props = '{"total_slots": 0}'
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("engine", reason="invalid_value")) == 1
+
+
+async def test_a_configured_capacity_wins_and_props_is_not_read(
+        engine_server: EngineServer, make_exporter: MakeExporter) -> None:
+    engine_server.body = fixture_text("llamacpp")  # props stays None: /props answers 404
+    exporter, registry = make_exporter(engine_metrics_url=engine_server.url, capacity=6)
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_instance_capacity_requests",
+                                     labels("configured")) == 6
+    assert registry.get_sample_value("poolscope_collector_success", health("engine")) == 1
+    assert engine_server.props_requests == 0
+
+
+async def test_trtllm_max_batch_is_its_capacity_over_the_learned_mark(
+        engine_server: EngineServer, make_exporter: MakeExporter) -> None:
+    engine_server.body = fixture_text("triton_trtllm")
+    exporter, registry = make_exporter(engine_metrics_url=engine_server.url)
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_instance_capacity_requests",
+                                     labels("engine:trtllm")) == 256
+    assert registry.get_sample_value("poolscope_engine_kv_cache_usage_max_ratio",
+                                     labels("engine:trtllm")) == pytest.approx(0.6)
 
 
 async def test_tgi_kv_series_is_absent_not_zero(
@@ -197,7 +332,8 @@ async def test_engine_recovers_after_failure(
 ])
 def test_engine_saturation_is_the_worse_of_queue_and_kv(waiting: float | None, kv: float | None,
                                                         score: float | None) -> None:
-    sample = EngineSample("vllm", running=1.0, waiting=waiting, kv_cache_usage=kv,
-                          request_success=None, prompt_tokens=None, generation_tokens=None)
+    sample = EngineSample("vllm", running=1.0, waiting=waiting, kv_cache_usage=0.0,
+                          kv_cache_usage_max=kv, request_success=None, prompt_tokens=None,
+                          generation_tokens=None)
     assert sample.saturation == (None if score is None else pytest.approx(score))
     assert (WAITING_Q, KV_FULL) == (5.0, 0.8)  # the limits the cases above were worked with
