@@ -80,6 +80,7 @@ GAUGES: dict[str, float] = {
     catalog.ENGINE_REQUESTS_RUNNING.name: 6,
     catalog.ENGINE_REQUESTS_WAITING.name: 2,
     catalog.ENGINE_KV_CACHE_USAGE.name: 0.5,
+    catalog.ENGINE_KV_CACHE_USAGE_MAX.name: 0.5,
     catalog.ENGINE_SATURATION.name: max(2 / 5, 0.5 / 0.8),  # as the exporter scores the above
     catalog.INSTANCE_CAPACITY.name: 16,
     catalog.PROXY_INSTANCE_CAPACITY.name: 16,

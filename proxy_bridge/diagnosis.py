@@ -351,6 +351,7 @@ CHECKS: dict[str, Check] = {
     "utilization.network_rx_mbps_total": host,
     "utilization.network_tx_mbps_total": host,
     "utilization.kv_cache_usage_avg": kv_cache,
+    "utilization.kv_cache_usage_max": kv_cache,
     "health.resource_freshness_s_avg": host,
     "health.resource_freshness_s_max": host,
     "health.pool_admission_state": admission,

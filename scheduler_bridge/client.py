@@ -73,6 +73,7 @@ class Utilization:
     network_rx_mbps_total: float | None = None
     network_tx_mbps_total: float | None = None
     kv_cache_usage_avg: float | None = None
+    kv_cache_usage_max: float | None = None
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,11 @@ FIELDS: tuple[Field, ...] = (
           Classification.MEASURED,
           "poolscope_engine_kv_cache_usage_ratio (instance exporter, engine /metrics)",
           "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource"),
+    Field("utilization.kv_cache_usage_max", "proxy_pool:kv_cache_usage:max",
+          Classification.MEASURED,
+          "poolscope_engine_kv_cache_usage_max_ratio: the fullest data-parallel rank of any "
+          "engine of the pool (instance exporter, engine /metrics)",
+          "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource"),
     # health
     Field("health.resource_freshness_s_avg", "proxy_pool:resource_freshness_seconds:avg",
           Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),

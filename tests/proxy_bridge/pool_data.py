@@ -130,7 +130,8 @@ def _engine(pid: str, i: Inst) -> list[Series]:
            series(c.ENGINE_REQUESTS_RUNNING.name, pid, "2", source, **ids),
            series(c.ENGINE_REQUESTS_WAITING.name, pid, "1", source, **ids)]
     if i.engine != "tgi":
-        out.append(series(c.ENGINE_KV_CACHE_USAGE.name, pid, "0.5", source, **ids))
+        out += [series(c.ENGINE_KV_CACHE_USAGE.name, pid, "0.5", source, **ids),
+                series(c.ENGINE_KV_CACHE_USAGE_MAX.name, pid, "0.5", source, **ids)]
     return out
 
 

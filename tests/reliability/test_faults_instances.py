@@ -281,11 +281,12 @@ def test_broken_engines_lose_engine_fields_with_a_reason_and_keep_host_fields(
 
         set_fault(engines["e4"], "garbage")  # now no engine answers sanely
         # Each engine field is its own rule (two groups), so one summary may still
-        # carry one of them: wait for all three null, the host fields kept.
+        # carry one of them: wait for all four null, the host fields kept.
         eventually(lambda: stack.summary("p-engine"),
                    lambda s: s["load"]["engine_running_total"] is None
                    and s["load"]["engine_waiting_total"] is None
                    and s["utilization"]["kv_cache_usage_avg"] is None
+                   and s["utilization"]["kv_cache_usage_max"] is None
                    and s["utilization"]["cpu_avg"] is not None
                    and s["instances"]["with_resource"] == 4,
                    SHORT_BOUND_S,
