@@ -74,12 +74,16 @@ def _engine_field(mapping: engines.EngineMapping, attr: str) -> str:
         return f"`total_slots` of `/{mapping.slots_path}` beside `/metrics`"
     if not field:
         return "(--capacity, else learned)" if attr == "capacity" else "none: absent"
-    parts = []
-    for series in field:
-        where = ",".join(f'{k}="{v}"' for k, v in series.where)
-        parts.append(", else ".join(f"`{n}{{{where}}}`" if where else f"`{n}`"
-                                    for n in series.names))
-    return " + ".join(parts)
+    text = " + ".join(_engine_series(series) for series in field)
+    for _attr, d in (d for d in mapping.derived if d[0] == attr):
+        op = " - " if d.op == "minus" else " / "
+        text += f", else {_engine_series(d.left)}{op}{_engine_series(d.right)}"
+    return text
+
+
+def _engine_series(series: engines.Series) -> str:
+    where = ",".join(f'{k}="{v}"' for k, v in series.where)
+    return ", else ".join(f"`{n}{{{where}}}`" if where else f"`{n}`" for n in series.names)
 
 
 def _combination(mapping: engines.EngineMapping) -> str:

@@ -23,7 +23,7 @@ from exporters.common.identity import Identity
 from exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from exporters.common.sampling import SampleError
 from exporters.common.thresholds import KV_FULL, WAITING_Q
-from exporters.instance.engines import LOAD_FIELDS, MAPPINGS, EngineMapping, Field, Series
+from exporters.instance.engines import LOAD_FIELDS, MAPPINGS, Derived, EngineMapping, Series
 
 AUTO = "auto"
 
@@ -83,32 +83,64 @@ def _samples(found: dict[str, list[tuple[Labels, float]]], series: Series,
     return None
 
 
-def _ranks(samples: list[tuple[Labels, float]], mapping: EngineMapping) -> list[float]:
-    """One value per rank: totals kept where the page has them, copies counted once."""
+def _ranks(samples: list[tuple[Labels, float]], series: Series,
+           mapping: EngineMapping) -> dict[Labels, float]:
+    """One value per rank: totals kept where the page has them, copies counted once.
+    Keyed by the rank's labels (those `where` fixes are left out)."""
     for label in mapping.totals:
         totals = [s for s in samples if dict(s[0]).get(label, "") == ""]
         if totals and len(totals) < len(samples):
             samples = totals
+    fixed = {k for k, _ in series.where}
     ranks: dict[Labels, float] = {}
     for labels, value in samples:
-        key = tuple(kv for kv in labels if kv[0] not in mapping.copies)
+        key = tuple(kv for kv in labels if kv[0] not in mapping.copies and kv[0] not in fixed)
         ranks[key] = max(value, ranks.get(key, value))
-    return list(ranks.values())
+    return ranks
 
 
-def _field(found: dict[str, list[tuple[Labels, float]]], field: Field,
-           mapping: EngineMapping, ratio: bool = False) -> list[float] | None:
-    """Every rank's value of every series the field sums; None when none is on the page."""
+def _series(found: dict[str, list[tuple[Labels, float]]], series: Series,
+            mapping: EngineMapping, ratio: bool) -> dict[Labels, float] | None:
+    picked = _samples(found, series, mapping)
+    if picked is None:
+        return None
+    name, samples = picked
+    for _labels, v in samples:
+        if not math.isfinite(v) or v < 0 or (ratio and v > 1):
+            raise SampleError(ErrorReason.INVALID_VALUE, f"{name} = {v!r}")
+    return _ranks(samples, series, mapping)
+
+
+def _derive(found: dict[str, list[tuple[Labels, float]]], derived: Derived,
+            mapping: EngineMapping, ratio: bool) -> list[float] | None:
+    left = _series(found, derived.left, mapping, ratio=False)
+    right = _series(found, derived.right, mapping, ratio=False)
+    if left is None or right is None:
+        return None
+    # A rank whose denominator is 0 has no ratio: it is left out, never read as 0.
+    values = [left[k] - right[k] if derived.op == "minus" else left[k] / right[k]
+              for k in left.keys() & right.keys() if derived.op == "minus" or right[k] > 0]
+    for v in values:
+        if v < 0 or (ratio and v > 1):
+            raise SampleError(ErrorReason.INVALID_VALUE,
+                              f"{derived.left.names[0]} {derived.op} "
+                              f"{derived.right.names[0]} = {v!r}")
+    return values or None
+
+
+def _field(found: dict[str, list[tuple[Labels, float]]], attr: str,
+           mapping: EngineMapping) -> list[float] | None:
+    """Every rank's value of every series the field sums (or, where none is on the
+    page, of the figure older releases derive); None when nothing is."""
+    ratio = attr == "kv_cache_usage"
     values: list[float] | None = None
-    for series in field:
-        picked = _samples(found, series, mapping)
-        if picked is None:
-            continue
-        name, samples = picked
-        for _labels, v in samples:
-            if not math.isfinite(v) or v < 0 or (ratio and v > 1):
-                raise SampleError(ErrorReason.INVALID_VALUE, f"{name} = {v!r}")
-        values = (values or []) + _ranks(samples, mapping)
+    for series in getattr(mapping, attr):
+        ranks = _series(found, series, mapping, ratio)
+        if ranks is not None:
+            values = (values or []) + list(ranks.values())
+    if values is None:
+        for _attr, derived in (d for d in mapping.derived if d[0] == attr):
+            values = _derive(found, derived, mapping, ratio)
     return values
 
 
@@ -118,9 +150,9 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
         found = select(text, mapping.names())
     except PromTextError as e:
         raise SampleError(ErrorReason.PARSE, str(e)) from e
-    counts = {attr: _field(found, getattr(mapping, attr), mapping)
+    counts = {attr: _field(found, attr, mapping)
               for attr in (*LOAD_FIELDS, "capacity") if attr != "kv_cache_usage"}
-    kv = _field(found, mapping.kv_cache_usage, mapping, ratio=True)
+    kv = _field(found, "kv_cache_usage", mapping)
     if kv is None and all(counts[attr] is None for attr in LOAD_FIELDS if attr in counts):
         raise SampleError(ErrorReason.PARSE, f"no {mapping.engine} load metrics on the page")
     return EngineSample(

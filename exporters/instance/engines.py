@@ -37,6 +37,16 @@ class Series:
 Field = tuple[Series, ...]
 
 
+@dataclass(frozen=True)
+class Derived:
+    """A figure newer releases publish, computed from the series older ones have,
+    rank by rank, as the engine itself computes it: `left - right` or `left / right`."""
+
+    op: str  # "minus" | "over"
+    left: Series
+    right: Series
+
+
 def read(*names: str, **where: str) -> Field:
     """A field read from one series."""
     return (Series(names, tuple(sorted(where.items()))),)
@@ -64,6 +74,8 @@ class EngineMapping:
     # A JSON document beside /metrics whose `total_slots` is the number of
     # requests the engine runs at once (llama.cpp's /props).
     slots_path: str | None = None
+    # How older releases give a field that is not on their page.
+    derived: tuple[tuple[str, Derived], ...] = ()
 
     def spellings(self, name: str) -> tuple[str, ...]:
         """`name` and its spellings under the aliases of its prefix."""
@@ -72,9 +84,10 @@ class EngineMapping:
 
     def names(self) -> frozenset[str]:
         """Every metric name this mapping may read."""
-        return frozenset(spelling for f in fields(self)
-                         if f.name in LOAD_FIELDS or f.name == "capacity"
-                         for series in getattr(self, f.name) for name in series.names
+        every = [s for f in fields(self) if f.name in (*LOAD_FIELDS, "capacity")
+                 for s in getattr(self, f.name)]
+        every += [s for _attr, d in self.derived for s in (d.left, d.right)]
+        return frozenset(spelling for series in every for name in series.names
                          for spelling in self.spellings(name))
 
 
@@ -150,14 +163,16 @@ LLAMACPP = EngineMapping(
 )
 
 # TensorRT-LLM's Triton backend (the inflight batcher). `waiting` and the KV
-# `fraction` exist since backend v0.18; older pages leave both absent.
+# `fraction` exist since backend v0.18; older backends give them the way the
+# backend computes them: active - scheduled, and used / max blocks.
 _TRT_REQUESTS = "nv_trt_llm_request_metrics"
+_TRT_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"
 TRTLLM = EngineMapping(
     engine="trtllm",
     detect=("nv_trt_llm_",),
     running=read(_TRT_REQUESTS, request_type="scheduled"),
     waiting=read(_TRT_REQUESTS, request_type="waiting"),
-    kv_cache_usage=read("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction"),
+    kv_cache_usage=read(_TRT_BLOCKS, kv_cache_block_type="fraction"),
     # Triton's own counter, for the backend's model under its conventional name
     # (an ensemble in front counts the same requests again under its own).
     request_success=read("nv_inference_request_success", model="tensorrt_llm"),
@@ -166,6 +181,12 @@ TRTLLM = EngineMapping(
     generation_tokens=read("nv_llm_output_token_len_sum"),
     # The most requests the executor keeps active (its max batch size).
     capacity=read(_TRT_REQUESTS, request_type="max"),
+    derived=(
+        ("waiting", Derived("minus", *read(_TRT_REQUESTS, request_type="active"),
+                            *read(_TRT_REQUESTS, request_type="scheduled"))),
+        ("kv_cache_usage", Derived("over", *read(_TRT_BLOCKS, kv_cache_block_type="used"),
+                                   *read(_TRT_BLOCKS, kv_cache_block_type="max"))),
+    ),
 )
 
 MAPPINGS: dict[str, EngineMapping] = {

@@ -11,7 +11,7 @@ from exporters.common.health import ErrorReason
 from exporters.common.sampling import SampleError
 from exporters.common.thresholds import KV_FULL, WAITING_Q
 from exporters.instance.engine import EngineSample, detect, interpret
-from exporters.instance.engines import MAPPINGS, SGLANG, TGI, VLLM
+from exporters.instance.engines import MAPPINGS, SGLANG, TGI, TRTLLM, VLLM
 from tests.instance.conftest import (
     FIXTURES,
     EngineServer,
@@ -94,9 +94,10 @@ NO_KV = {"kv_cache_usage": None, "kv_cache_usage_max": None}
     ("triton_trtllm", dict(engine="trtllm", running=8, waiting=4, **_kv(0.6),
                            request_success=1200, prompt_tokens=412800,
                            generation_tokens=153600, capacity=256)),
-    # Backends before v0.18 publish neither `waiting` nor the KV fraction: absent.
-    ("triton_trtllm_legacy", dict(engine="trtllm", running=8, waiting=None, **NO_KV,
-                                  request_success=1200, capacity=256)),
+    # Backends before v0.18 publish neither `waiting` nor the KV fraction: both are
+    # derived as the backend derives them, active - scheduled and used / max blocks.
+    ("triton_trtllm_legacy", dict(engine="trtllm", running=8, waiting=12 - 8,
+                                  **_kv(3744 / 6240), request_success=1200, capacity=256)),
 ])
 def test_fixture_pages_map_to_engine_load(fixture: str, expected: dict[str, object]) -> None:
     text = fixture_text(fixture)
@@ -181,6 +182,22 @@ def test_sglang_priority_totals_are_read_alone_but_a_breakdown_alone_is_summed()
     assert interpret(page, SGLANG).running == 5
     breakdown = "".join(line + "\n" for line in page.splitlines()[1:])
     assert interpret(breakdown, SGLANG).running == 5
+
+
+def test_trtllm_derived_figures_are_refused_when_impossible_and_absent_when_undefined(
+) -> None:
+    legacy = fixture_text("triton_trtllm_legacy")
+    active = 'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"}'
+    blocks = 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",'
+    assert f"{active} 12" in legacy and f'{blocks}version="1"}} 6240' in legacy
+    # Fewer active than scheduled requests: no waiting count can come of it.
+    with pytest.raises(SampleError) as err:
+        interpret(legacy.replace(f"{active} 12", f"{active} 5"), TRTLLM)
+    assert err.value.reason is ErrorReason.INVALID_VALUE
+    # No KV blocks configured: the ratio is undefined, so absent (never 0).
+    sample = interpret(legacy.replace(f'{blocks}version="1"}} 6240', f'{blocks}version="1"}} 0'),
+                       TRTLLM)
+    assert sample.kv_cache_usage is None and sample.waiting == 4
 
 
 def test_forced_engine_that_does_not_match_the_page_is_a_parse_error() -> None:
