@@ -1,43 +1,78 @@
 """What reading one engine page costs the Instance exporter, per fixture.
 
-    python -m bench.engine_parse [--repeat 200]
+    python -m bench.engine_parse [--repeat 100] [--against CHECKOUT]
 
 Times `detect` plus `interpret` (auto-detection, as the exporter runs by
-default) on every page in tests/fixtures/engines/, in one process, and prints
-a markdown table of the median microseconds per page. The exporter reads its
-engine once a second, so 1 ms here is 0.1% of one core.
+default) on every page in tests/fixtures/engines/ and prints a markdown table
+of the median microseconds per read. With `--against` (another revision's
+checkout, e.g. from `git worktree add /tmp/old REV`) both versions are imported
+into this process and alternate on the same pages, 5 rounds, so their ratio is
+measured in one window. The exporter reads its engine once a second: 1 ms here
+is 0.1% of one core.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
-from exporters.instance.engine import detect, interpret
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "engines"
+ROUNDS = 5
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "engines"
+
+def load_engine(root: Path) -> ModuleType:
+    """`exporters.instance.engine` as the checkout at `root` has it."""
+    for name in [m for m in sys.modules if m == "exporters" or m.startswith("exporters.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(root))
+    try:
+        module = importlib.import_module("exporters.instance.engine")
+    finally:
+        sys.path.remove(str(root))
+    if not Path(module.__file__ or "").is_relative_to(root):
+        raise RuntimeError(f"imported {module.__file__}, not from {root}")
+    return module
 
 
-def median_us(text: str, repeat: int) -> float:
+def median_us(engine: ModuleType, text: str, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        interpret(text, detect(text))
+        engine.interpret(text, engine.detect(text))
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e6
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=200)
-    repeat = p.parse_args(argv).repeat
-    print("| page | bytes | median µs per read |\n| --- | --- | --- |")
+    p.add_argument("--repeat", type=int, default=100)
+    p.add_argument("--against", type=Path, help="another revision's checkout to compare with")
+    args = p.parse_args(argv)
+    versions = {"this": load_engine(REPO)}
+    if args.against:
+        versions = {"against": load_engine(args.against.resolve()), **versions}
+    print("| page | bytes | " + " | ".join(f"{v} µs" for v in versions)
+          + (" | ratio |" if args.against else " |"))
+    print("| --- " * (2 + len(versions) + bool(args.against)) + "|")
     for page in sorted(FIXTURES.glob("*.txt")):
         text = page.read_text()
-        print(f"| `{page.name}` | {len(text):,} | {median_us(text, repeat):,.0f} |")
+        try:
+            rounds = [[median_us(e, text, args.repeat) for e in versions.values()]
+                      for _ in range(ROUNDS)]
+        except Exception as e:  # a page the other revision cannot read
+            print(f"| `{page.name}` | {len(text):,} | {type(e).__name__} |")
+            continue
+        medians = [statistics.median(r[i] for r in rounds) for i in range(len(versions))]
+        ratio = f" | {medians[1] / medians[0]:.2f}x" if args.against else ""
+        print(f"| `{page.name}` | {len(text):,} | "
+              + " | ".join(f"{m:,.0f}" for m in medians) + ratio + " |")
     return 0
 
 

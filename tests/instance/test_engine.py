@@ -132,6 +132,9 @@ def test_vllm_v1_prefers_the_new_kv_name_over_the_deprecated_one() -> None:
     (lambda t: t.replace("} 12.0", "} -1.0"), ErrorReason.INVALID_VALUE),
     (lambda t: t.replace("} 0.8123", "} 1.5"), ErrorReason.INVALID_VALUE),
     (lambda t: "<html><body>502 Bad Gateway</body></html>", ErrorReason.PARSE),
+    # A wanted name with no value is a broken line, not a line to skip.
+    (lambda t: t + "vllm:num_requests_waiting\n", ErrorReason.PARSE),
+    (lambda t: t + "vllm:num_requests_waiting", ErrorReason.PARSE),
     (lambda t: "", ErrorReason.PARSE),
 ])
 def test_bad_pages_fail_with_a_reason(mutate: Callable[[str], str], reason: ErrorReason) -> None:
