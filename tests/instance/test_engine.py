@@ -87,6 +87,10 @@ NO_KV = {"kv_cache_usage": None, "kv_cache_usage_max": None}
     ("llamacpp", dict(engine="llamacpp", running=0, waiting=0, **NO_KV,
                       request_success=None, prompt_tokens=2, generation_tokens=2000,
                       capacity=None)),
+    # The same server with 5 requests sent to its 2 slots; generated tokens are
+    # counted when a request ends, so none yet.
+    ("llamacpp_busy", dict(engine="llamacpp", running=2, waiting=3, **NO_KV,
+                           prompt_tokens=10, generation_tokens=0)),
     ("llamacpp_legacy", dict(engine="llamacpp", running=3, waiting=1, **_kv(0.375),
                              prompt_tokens=48213, generation_tokens=20517)),
     # TensorRT-LLM in Triton: scheduled requests run, `max` is the batch limit,

