@@ -4,7 +4,7 @@ An engine's /metrics is mostly histograms we do not want (vLLM's runs to
 thousands of lines). A full parse of every line costs more CPU than the rest
 of the exporter together, so substring searches find, in C, just the lines
 that start with a wanted name; only those few are parsed in Python (one
-multiline regex of all the names cost three to five times more). The parse of
+multiline regex of all the names cost two to five times more). The parse of
 those lines is strict: a wanted line that does not follow the exposition
 grammar is an error, never a silently skipped value.
 """
