@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from exporters.common import catalog
-from exporters.instance import engines
+from exporters.instance import engine, engines
 from scheduler_bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
 
 Renderer = Callable[[], str]
@@ -56,16 +56,9 @@ def series_table() -> str:
     return "\n".join(rows)
 
 
-# The engine series each EngineMapping field feeds, in the order they are published.
-_ENGINE_SERIES = (
-    ("running", catalog.ENGINE_REQUESTS_RUNNING),
-    ("waiting", catalog.ENGINE_REQUESTS_WAITING),
-    ("kv_cache_usage", catalog.ENGINE_KV_CACHE_USAGE),
-    ("request_success", catalog.ENGINE_REQUEST_SUCCESS),
-    ("prompt_tokens", catalog.ENGINE_PROMPT_TOKENS),
-    ("generation_tokens", catalog.ENGINE_GENERATION_TOKENS),
-    ("capacity", catalog.INSTANCE_CAPACITY),
-)
+# The series each EngineMapping field feeds (the others are computed from these).
+_ENGINE_SERIES = (*((a, f) for a, f in engine.PUBLISHED if a in engines.LOAD_FIELDS),
+                  ("capacity", catalog.INSTANCE_CAPACITY))
 
 
 def _engine_field(mapping: engines.EngineMapping, attr: str) -> str:
@@ -75,23 +68,23 @@ def _engine_field(mapping: engines.EngineMapping, attr: str) -> str:
     if not field:
         return "(--capacity, else learned)" if attr == "capacity" else "none: absent"
     text = " + ".join(_engine_series(series) for series in field)
-    for _attr, d in (d for d in mapping.derived if d[0] == attr):
-        op = " - " if d.op == "minus" else " / "
-        text += f", else {_engine_series(d.left)}{op}{_engine_series(d.right)}"
+    derived = mapping.derivation(attr)
+    if derived is not None:
+        op = " - " if derived.op == "minus" else " / "
+        text += f", else {_engine_series(derived.left)}{op}{_engine_series(derived.right)}"
     return text
 
 
 def _engine_series(series: engines.Series) -> str:
     where = ",".join(f'{k}="{v}"' for k, v in series.where)
-    return ", else ".join(f"`{n}{{{where}}}`" if where else f"`{n}`" for n in series.names)
+    text = ", else ".join(f"`{n}{{{where}}}`" if where else f"`{n}`" for n in series.names)
+    return text + "".join(f' (its `{t}=""` total)' for t in series.totals)
 
 
 def _combination(mapping: engines.EngineMapping) -> str:
     said = []
     if mapping.copies:
         said.append("copies (max): " + ", ".join(f"`{c}`" for c in mapping.copies))
-    if mapping.totals:
-        said.append("total under empty value: " + ", ".join(f"`{t}`" for t in mapping.totals))
     if mapping.aliases:
         said.append("also spelled: " + ", ".join(f"`{a}` for `{p}`" for p, a in mapping.aliases))
     return "; ".join(said) or "-"

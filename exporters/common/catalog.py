@@ -137,7 +137,7 @@ ENGINE_REQUESTS_WAITING = _instance(
 ENGINE_KV_CACHE_USAGE = _instance(
     "poolscope_engine_kv_cache_usage_ratio", "gauge",
     "KV-cache blocks in use, 0..1, averaged over data-parallel ranks; absent for "
-    "engines that do not expose it (TGI, llama.cpp).")
+    "engines that do not expose it (TGI, llama.cpp since 2025).")
 ENGINE_KV_CACHE_USAGE_MAX = _instance(
     "poolscope_engine_kv_cache_usage_max_ratio", "gauge",
     "KV-cache usage, 0..1, of the fullest data-parallel rank (the mean hides one full "

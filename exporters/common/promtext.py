@@ -20,8 +20,10 @@ _LINE = re.compile(
     r"(?:\{(.*)\})?"                    # label block (values may contain '}')
     rf"[ \t]+({_NUMBER})"               # value
     r"(?:[ \t]+-?\d+)?[ \t]*\r?")       # optional timestamp
-_LABELS = re.compile(r'(?:[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\.)*"[ \t]*,?)*'
-                     r"[ \t]*")
+_PAIR_TEXT = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\.)*"[ \t]*'
+# Pairs separated by commas (one trailing comma allowed). The comma is required:
+# with it optional, a long block of pairs ending in junk backtracks exponentially.
+_LABELS = re.compile(rf"(?:{_PAIR_TEXT}(?:,{_PAIR_TEXT})*,?)?[ \t]*")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"n": "\n"}
@@ -61,7 +63,10 @@ def _unescape(value: str) -> str:
 def _labels(block: str | None) -> Labels:
     if not block:
         return ()
-    return tuple(sorted((k, _unescape(v)) for k, v in _PAIR.findall(block)))
+    pairs = tuple(sorted((k, _unescape(v)) for k, v in _PAIR.findall(block)))
+    if len({k for k, _ in pairs}) < len(pairs):
+        raise PromTextError(f"a label name twice in {{{block[:200]}}}")
+    return pairs
 
 
 def select(text: str, names: Iterable[str]) -> dict[str, list[tuple[Labels, float]]]:

@@ -30,6 +30,8 @@ class Capacity:
 
     def observe(self, sample: EngineSample) -> None:
         """Fed every successful engine sample, so no peak between scrapes is missed."""
+        # A stated 0 is no capacity: TensorRT-LLM publishes its series at 0 until
+        # its first statistics arrive.
         self.stated = (sample.capacity, sample.source) if sample.capacity else None
         running = sample.running
         if running is not None and running > 0 and (

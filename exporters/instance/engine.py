@@ -7,11 +7,12 @@ absent, collector success 0, a reason), not idle.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import aiohttp
 from prometheus_client.core import Metric
@@ -59,7 +60,8 @@ class EngineSample:
         return max(terms) if terms else None
 
 
-_FAMILIES: tuple[tuple[str, catalog.Family], ...] = (
+# The sample field behind each series the reader publishes.
+PUBLISHED: tuple[tuple[str, catalog.Family], ...] = (
     ("running", catalog.ENGINE_REQUESTS_RUNNING),
     ("waiting", catalog.ENGINE_REQUESTS_WAITING),
     ("kv_cache_usage", catalog.ENGINE_KV_CACHE_USAGE),
@@ -85,18 +87,25 @@ def _samples(found: dict[str, list[tuple[Labels, float]]], series: Series,
 
 def _ranks(samples: list[tuple[Labels, float]], series: Series,
            mapping: EngineMapping) -> dict[Labels, float]:
-    """One value per rank: totals kept where the page has them, copies counted once.
-    Keyed by the rank's labels (those `where` fixes are left out)."""
-    for label in mapping.totals:
-        totals = [s for s in samples if dict(s[0]).get(label, "") == ""]
-        if totals and len(totals) < len(samples):
-            samples = totals
+    """One value per rank, keyed by the rank's labels (without those `where` fixes).
+
+    A rank's samples differ only by copy and by part: each copy is its total where
+    the page gives one, else the sum of its parts; the copies count once, at their max.
+    """
     fixed = {k for k, _ in series.where}
-    ranks: dict[Labels, float] = {}
+    grouped: dict[Labels, dict[Labels, list[tuple[Labels, float]]]] = {}
     for labels, value in samples:
-        key = tuple(kv for kv in labels if kv[0] not in mapping.copies and kv[0] not in fixed)
-        ranks[key] = max(value, ranks.get(key, value))
-    return ranks
+        rank = tuple(kv for kv in labels if kv[0] not in mapping.copies
+                     and kv[0] not in fixed and kv[0] not in series.totals)
+        copy = tuple(kv for kv in labels if kv[0] in mapping.copies)
+        grouped.setdefault(rank, {}).setdefault(copy, []).append((labels, value))
+    return {rank: max(_total(parts, series.totals) for parts in copies.values())
+            for rank, copies in grouped.items()}
+
+
+def _total(parts: list[tuple[Labels, float]], totals: tuple[str, ...]) -> float:
+    whole = [v for labels, v in parts if all(dict(labels).get(t, "") == "" for t in totals)]
+    return whole[0] if whole else sum(v for _labels, v in parts)
 
 
 def _series(found: dict[str, list[tuple[Labels, float]]], series: Series,
@@ -117,9 +126,13 @@ def _derive(found: dict[str, list[tuple[Labels, float]]], derived: Derived,
     right = _series(found, derived.right, mapping, ratio=False)
     if left is None or right is None:
         return None
+    if left.keys() != right.keys():
+        raise SampleError(ErrorReason.INVALID_VALUE,
+                          f"{derived.left.names[0]}: {derived.left.where} and "
+                          f"{derived.right.where} are not published for the same label sets")
     # A rank whose denominator is 0 has no ratio: it is left out, never read as 0.
     values = [left[k] - right[k] if derived.op == "minus" else left[k] / right[k]
-              for k in left.keys() & right.keys() if derived.op == "minus" or right[k] > 0]
+              for k in left if derived.op == "minus" or right[k] > 0]
     for v in values:
         if v < 0 or (ratio and v > 1):
             raise SampleError(ErrorReason.INVALID_VALUE,
@@ -138,9 +151,9 @@ def _field(found: dict[str, list[tuple[Labels, float]]], attr: str,
         ranks = _series(found, series, mapping, ratio)
         if ranks is not None:
             values = (values or []) + list(ranks.values())
-    if values is None:
-        for _attr, derived in (d for d in mapping.derived if d[0] == attr):
-            values = _derive(found, derived, mapping, ratio)
+    derived = mapping.derivation(attr)
+    if values is None and derived is not None:
+        values = _derive(found, derived, mapping, ratio)
     return values
 
 
@@ -198,11 +211,20 @@ class EngineReader:
         self._session: aiohttp.ClientSession | None = None
 
     async def read(self) -> EngineSample:
+        try:
+            # One deadline for /metrics and /props together: the sampling loop
+            # gives the whole read the engine timeout (plus a little).
+            async with asyncio.timeout(self._timeout.total):
+                return await self._read()
+        except TimeoutError as e:
+            raise SampleError(ErrorReason.TIMEOUT, f"{self.url}: no answer in time") from e
+
+    async def _read(self) -> EngineSample:
         text = await self._fetch(self.url)
         mapping = self._mapping or detect(text)
         sample = interpret(text, mapping)
         if mapping.slots_path and self._engine_capacity:
-            url = urljoin(self.url, mapping.slots_path)
+            url = _beside(self.url, mapping.slots_path)
             sample = replace(sample, capacity=_total_slots(url, await self._fetch(url)))
         return sample
 
@@ -213,7 +235,7 @@ class EngineReader:
         return await fetch_text(self._session, url)
 
     def families(self, sample: EngineSample, ids: Identity) -> Iterator[Metric]:
-        for attr, family in _FAMILIES:
+        for attr, family in PUBLISHED:
             value = getattr(sample, attr)
             if value is not None:
                 metric = family.new()
@@ -224,6 +246,13 @@ class EngineReader:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _beside(url: str, name: str) -> str:
+    """The document `name` next to `url`: its last path segment (or trailing slash)
+    replaced, its query kept."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=urljoin(parts.path.rstrip("/"), name)))
 
 
 def _total_slots(url: str, text: str) -> float:

@@ -11,8 +11,9 @@ How the label sets of one series are combined (engine.py does it):
   others read 0; SGLang's `tp_rank` under context parallelism, where every
   rank reports the same requests). The copies of a sample count once: their
   maximum.
-- `totals`: labels whose empty value already holds the total of the others
-  (SGLang's `priority`). Where that total is on the page, only it is read.
+- `totals` (per series): labels whose empty value already holds the total of
+  the others (SGLang's `priority` on its queue gauges). Within each rank, where
+  that total is on the page only it is read, else the parts are summed.
 - What is left are ranks (vLLM's `engine`, SGLang's `dp_rank`) or splits such
   as vLLM's `finished_reason`: counts are summed, the KV ratio gives a mean
   and a max over the ranks.
@@ -23,6 +24,7 @@ docs/metrics.md ("Engines").
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class Series:
 
     names: tuple[str, ...]
     where: tuple[tuple[str, str], ...] = ()
+    # Labels whose empty value holds the total of the others (SGLang's `priority`
+    # on its queue gauges): within each rank, only that total is read where the
+    # page has it, else the parts are summed.
+    totals: tuple[str, ...] = ()
 
 
 Field = tuple[Series, ...]
@@ -42,7 +48,7 @@ class Derived:
     """A figure newer releases publish, computed from the series older ones have,
     rank by rank, as the engine itself computes it: `left - right` or `left / right`."""
 
-    op: str  # "minus" | "over"
+    op: Literal["minus", "over"]
     left: Series
     right: Series
 
@@ -50,6 +56,12 @@ class Derived:
 def read(*names: str, **where: str) -> Field:
     """A field read from one series."""
     return (Series(names, tuple(sorted(where.items()))),)
+
+
+def queue_count(name: str) -> Field:
+    """One of SGLang's request-count gauges: a total under priority="" beside one
+    series per priority when priority scheduling is on."""
+    return (Series((name,), totals=("priority",)),)
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,6 @@ class EngineMapping:
     # A concurrency limit the engine states on its page (TensorRT-LLM's max batch).
     capacity: Field = ()
     copies: tuple[str, ...] = ()
-    totals: tuple[str, ...] = ()
     # Other spellings of a name prefix (SGLang's `sglang_` for `sglang:`,
     # through metric bridges): a name is read under either.
     aliases: tuple[tuple[str, str], ...] = ()
@@ -76,6 +87,10 @@ class EngineMapping:
     slots_path: str | None = None
     # How older releases give a field that is not on their page.
     derived: tuple[tuple[str, Derived], ...] = ()
+
+    def derivation(self, attr: str) -> Derived | None:
+        """How older releases give `attr`, if they give it another way."""
+        return next((d for field, d in self.derived if field == attr), None)
 
     def spellings(self, name: str) -> tuple[str, ...]:
         """`name` and its spellings under the aliases of its prefix."""
@@ -111,16 +126,17 @@ VLLM = EngineMapping(
 SGLANG = EngineMapping(
     engine="sglang",
     detect=("sglang:", "sglang_"),
-    running=read("sglang:num_running_reqs"),
+    running=queue_count("sglang:num_running_reqs"),
     # Requests admitted but not yet running: the scheduler's queue, the grammar
     # queue (structured output being compiled) and, on disaggregated workers, the
     # prefill bootstrap and decode prealloc/transfer queues. The prefill inflight
     # queue is already computed (it only ships its KV), and the decode host-receive
     # queue is part of the transfer queue: neither is added.
-    waiting=(*read("sglang:num_queue_reqs"), *read("sglang:num_grammar_queue_reqs"),
-             *read("sglang:num_prefill_bootstrap_queue_reqs"),
-             *read("sglang:num_decode_prealloc_queue_reqs"),
-             *read("sglang:num_decode_transfer_queue_reqs")),
+    waiting=(*queue_count("sglang:num_queue_reqs"),
+             *queue_count("sglang:num_grammar_queue_reqs"),
+             *queue_count("sglang:num_prefill_bootstrap_queue_reqs"),
+             *queue_count("sglang:num_decode_prealloc_queue_reqs"),
+             *queue_count("sglang:num_decode_transfer_queue_reqs")),
     # token_usage is the fullest of the full, sliding-window and Mamba pools;
     # full_token_usage is the KV cache alone.
     kv_cache_usage=read("sglang:full_token_usage", "sglang:token_usage"),
@@ -130,7 +146,6 @@ SGLANG = EngineMapping(
     # Context-parallel ranks (and every TP rank with --enable-metrics-for-all-
     # schedulers) report the same requests, told apart only by tp_rank.
     copies=("tp_rank",),
-    totals=("priority",),
     aliases=(("sglang:", "sglang_"),),
 )
 

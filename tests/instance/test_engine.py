@@ -189,6 +189,16 @@ def test_sglang_priority_totals_are_read_alone_but_a_breakdown_alone_is_summed()
     assert interpret(page, SGLANG).running == 5
     breakdown = "".join(line + "\n" for line in page.splitlines()[1:])
     assert interpret(breakdown, SGLANG).running == 5
+    # Rank by rank: dp_rank 0 gives its total, dp_rank 1 only its parts.
+    ranks = ('sglang:num_running_reqs{dp_rank="0",priority=""} 10\n'
+             'sglang:num_running_reqs{dp_rank="0",priority="1"} 10\n'
+             'sglang:num_running_reqs{dp_rank="1",priority="1"} 4\n'
+             'sglang:num_running_reqs{dp_rank="1",priority="2"} 3\n')
+    assert interpret(ranks, SGLANG).running == 10 + 7
+    # Token counters are labelled with each request's own priority: "" is a share.
+    tokens = ('sglang:prompt_tokens_total{priority=""} 5\n'
+              'sglang:prompt_tokens_total{priority="1"} 100\n')
+    assert interpret(tokens, SGLANG).prompt_tokens == 105
 
 
 def test_trtllm_derived_figures_are_refused_when_impossible_and_absent_when_undefined(
@@ -200,6 +210,11 @@ def test_trtllm_derived_figures_are_refused_when_impossible_and_absent_when_unde
     # Fewer active than scheduled requests: no waiting count can come of it.
     with pytest.raises(SampleError) as err:
         interpret(legacy.replace(f"{active} 12", f"{active} 5"), TRTLLM)
+    assert err.value.reason is ErrorReason.INVALID_VALUE
+    # One model without the `scheduled` series: no rank may silently drop out.
+    other = ('nv_trt_llm_request_metrics{model="other",request_type="active",version="1"} 7\n')
+    with pytest.raises(SampleError) as err:
+        interpret(legacy + other, TRTLLM)
     assert err.value.reason is ErrorReason.INVALID_VALUE
     # No KV blocks configured: the ratio is undefined, so absent (never 0).
     sample = interpret(legacy.replace(f'{blocks}version="1"}} 6240', f'{blocks}version="1"}} 0'),

@@ -26,6 +26,11 @@ def test_a_name_is_not_the_start_of_a_longer_name() -> None:
     "m{a=\"1\"} 1\nm{a=\"1\"} 2\n",   # the same series twice
     "m\n",                              # a wanted name without a value
     "m{a=\"1\"",                        # cut off at the end of the page
+    "m{a=\"1\"b=\"2\"} 1\n",            # pairs without a comma
+    "m{a=\"1\",a=\"2\"} 1\n",           # one label name twice
+    # Thousands of comma-less pairs ending in junk: refused at once (this form once
+    # backtracked exponentially, stalling the exporter's event loop).
+    "m{" + 'a="x" ' * 3000 + "!} 1\n",
 ])
 def test_broken_or_repeated_samples_are_errors(page: str) -> None:
     with pytest.raises(PromTextError):

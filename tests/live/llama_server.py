@@ -33,6 +33,9 @@ def missing_files(directory: Path) -> list[Path]:
     return [p for p in (directory / BINARY, directory / VOCAB) if not p.is_file()]
 
 
+HTTP_THREADS = 16
+
+
 def start(group: ProcessGroup, directory: Path, model: Path, port: int, *, slots: int,
           slot_context: int) -> Child:
     """llama-server on loopback with /metrics and `slots` slots of `slot_context` tokens.
@@ -41,11 +44,13 @@ def start(group: ProcessGroup, directory: Path, model: Path, port: int, *, slots
       unified KV cache when `-np` is given), so each slot gets `slot_context`.
     - `-t 1`: one decode thread, so a 2-core machine keeps a core for Prometheus,
       the exporter and the bridge.
-    With this build's default HTTP threads, /metrics, /props and /slots still answer
-    in milliseconds while requests queue for the slots.
+    - `--threads-http`: a blocking completion holds an HTTP thread while it waits
+      for a slot; the default (slots + 4) leaves too few for the test's and the
+      exporter's reads of /metrics, /props and /slots beside 5 completions.
     """
     argv = [str(directory / BINARY), "-m", str(model), "--metrics",
             "-np", str(slots), "-c", str(slots * slot_context), "-t", "1",
+            "--threads-http", str(HTTP_THREADS),
             "--host", "127.0.0.1", "--port", str(port)]
     return group.start("llama-server", argv)
 
