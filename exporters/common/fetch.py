@@ -3,6 +3,11 @@
 The Instance exporter reads its engine's page and the gateway adapter its
 gateway's the same way: a non-200 answer, a timeout, a refused connection or a
 page that is not UTF-8 is a failed sample with its reason, never an empty page.
+
+The page is another program's output, so what is read is bounded: at most
+MAX_PAGE_BYTES after decompression (an endless body or a gzip bomb stops there,
+`too_large`), and a redirect is not followed (its target is not the engine
+this exporter was told to read: `http_status`).
 """
 
 from __future__ import annotations
@@ -13,16 +18,22 @@ from exporters.common.health import ErrorReason
 from exporters.common.sampling import SampleError
 
 FETCH_REASONS = (ErrorReason.TIMEOUT, ErrorReason.CONNECTION, ErrorReason.HTTP_STATUS,
-                 ErrorReason.PARSE)
+                 ErrorReason.PARSE, ErrorReason.TOO_LARGE)
+# vLLM's page with every histogram and a few LoRA adapters is under 1 MiB.
+MAX_PAGE_BYTES = 16 * 2**20
+_CHUNK = 64 * 2**10
 
 
-async def fetch_text(session: aiohttp.ClientSession, url: str) -> str:
+async def fetch_text(session: aiohttp.ClientSession, url: str,
+                     limit: int = MAX_PAGE_BYTES) -> str:
     """The page at `url` as text; raises SampleError."""
     try:
-        async with session.get(url) as resp:
+        async with session.get(url, allow_redirects=False) as resp:
             if resp.status != 200:
-                raise SampleError(ErrorReason.HTTP_STATUS, f"HTTP {resp.status}")
-            body = await resp.read()
+                where = resp.headers.get("Location")
+                raise SampleError(ErrorReason.HTTP_STATUS, f"HTTP {resp.status}" + (
+                    f" to {where[:200]} (redirects are not followed)" if where else ""))
+            body = await _bounded_body(resp, url, limit)
     except TimeoutError as e:
         raise SampleError(ErrorReason.TIMEOUT, f"{url}: no answer in time") from e
     except aiohttp.ClientError as e:
@@ -31,3 +42,17 @@ async def fetch_text(session: aiohttp.ClientSession, url: str) -> str:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SampleError(ErrorReason.PARSE, f"not UTF-8 text: {e}") from e
+
+
+async def _bounded_body(resp: aiohttp.ClientResponse, url: str, limit: int) -> bytes:
+    too_large = SampleError(ErrorReason.TOO_LARGE, f"{url}: page larger than {limit} bytes")
+    if (resp.content_length or 0) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -31,6 +31,7 @@ class ErrorReason(StrEnum):
     HTTP_STATUS = "http_status"
     PARSE = "parse"
     INVALID_VALUE = "invalid_value"
+    TOO_LARGE = "too_large"
     NVML_UNAVAILABLE = "nvml_unavailable"
     NVML_READ = "nvml_read"
     OS_ERROR = "os_error"

@@ -60,6 +60,11 @@ def test_required_settings(path: Path) -> None:
     assert unit.one("Service", "ExecStart").startswith(INSTALL_BIN)
 
 
+def test_the_exporter_that_reads_other_programs_pages_has_a_memory_ceiling() -> None:
+    unit = parse_unit(SYSTEMD_DIR / "poolscope-instance-exporter@.service")
+    assert unit.one("Service", "MemoryMax") == "256M"
+
+
 @pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
 def test_hardened(path: Path) -> None:
     unit = parse_unit(path)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import gzip
+from collections.abc import AsyncIterator, Callable
 
 import pytest
+from aiohttp import web
 
 from exporters.common import catalog
+from exporters.common.fetch import MAX_PAGE_BYTES
 from exporters.common.health import ErrorReason
 from exporters.common.sampling import SampleError
 from exporters.common.thresholds import KV_FULL, WAITING_Q
-from exporters.instance.engine import EngineSample, detect, interpret
+from exporters.instance.engine import EngineReader, EngineSample, detect, interpret
 from exporters.instance.engines import MAPPINGS, SGLANG, TGI, TRTLLM, VLLM
 from tests.instance.conftest import (
     FIXTURES,
@@ -376,3 +380,69 @@ def test_engine_saturation_is_the_worse_of_queue_and_kv(waiting: float | None, k
                           generation_tokens=None)
     assert sample.saturation == (None if score is None else pytest.approx(score))
     assert (WAITING_Q, KV_FULL) == (5.0, 0.8)  # the limits the cases above were worked with
+
+
+@pytest.fixture
+async def hostile_engine() -> AsyncIterator[str]:
+    """Pages no engine should serve: endless, a gzip bomb, a redirect to a real page."""
+    async def endless(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        line = b'vllm:num_requests_running{engine="0"} 1\n' * 1600  # ~64 KiB
+        with contextlib.suppress(ConnectionError):
+            for _ in range(10_000):  # 640 MiB at most: bounded, and far past the limit
+                await resp.write(line)
+        return resp
+
+    bomb = gzip.compress(b"\n" * (2 * MAX_PAGE_BYTES), compresslevel=9)
+
+    async def gzip_bomb(_: web.Request) -> web.Response:
+        return web.Response(body=bomb, headers={"Content-Type": "text/plain",
+                                                "Content-Encoding": "gzip"})
+
+    async def redirect(_: web.Request) -> web.Response:
+        raise web.HTTPFound("/real")
+
+    async def real(_: web.Request) -> web.Response:
+        return web.Response(text=fixture_text("vllm"), content_type="text/plain")
+
+    app = web.Application()
+    for path, handler in (("/endless", endless), ("/bomb", gzip_bomb),
+                          ("/redirect", redirect), ("/real", real)):
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize(("path", "reason", "said"), [
+    ("/endless", ErrorReason.TOO_LARGE, "larger than"),
+    ("/bomb", ErrorReason.TOO_LARGE, "larger than"),
+    # Another page's numbers are not this engine's: the redirect is not followed.
+    ("/redirect", ErrorReason.HTTP_STATUS, "redirects are not followed"),
+])
+async def test_an_endless_bombed_or_redirected_page_fails_with_its_reason(
+        hostile_engine: str, make_exporter: MakeExporter, path: str, reason: ErrorReason,
+        said: str) -> None:
+    reader = EngineReader(hostile_engine + path, "vllm", timeout=30)
+    try:
+        with pytest.raises(SampleError) as err:
+            await reader.read()
+    finally:
+        await reader.close()
+    assert err.value.reason is reason and said in str(err.value)
+    # Through the exporter: no engine series, the failure counted under its reason.
+    exporter, registry = make_exporter(engine_metrics_url=hostile_engine + path,
+                                       engine="vllm", engine_timeout=30)
+    await exporter.loop.sample_all()
+    assert not names(registry) & ENGINE_SERIES
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("engine", reason=reason.value)) == 1
+    honest = EngineReader(hostile_engine + "/real", "vllm")
+    try:  # the same server's plain page reads fine: the bounds cost nothing there
+        assert (await honest.read()).running == 37
+    finally:
+        await honest.close()
