@@ -45,14 +45,20 @@ async def fetch_text(session: aiohttp.ClientSession, url: str,
 
 
 async def _bounded_body(resp: aiohttp.ClientResponse, url: str, limit: int) -> bytes:
-    too_large = SampleError(ErrorReason.TOO_LARGE, f"{url}: page larger than {limit} bytes")
-    if (resp.content_length or 0) > limit:
-        raise too_large
+    """The body, decompressed, refused once past `limit` (or at once when its
+    declared length already is)."""
+    declared = resp.content_length  # None: not declared, only what arrives counts
+    if declared is not None and declared > limit:
+        raise _too_large(url, limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_chunked(_CHUNK):
         size += len(chunk)
         if size > limit:
-            raise too_large
+            raise _too_large(url, limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _too_large(url: str, limit: int) -> SampleError:
+    return SampleError(ErrorReason.TOO_LARGE, f"{url}: page larger than {limit} bytes")

@@ -24,7 +24,14 @@ from exporters.common.identity import Identity
 from exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from exporters.common.sampling import SampleError
 from exporters.common.thresholds import KV_FULL, WAITING_Q
-from exporters.instance.engines import LOAD_FIELDS, MAPPINGS, Derived, EngineMapping, Series
+from exporters.instance.engines import (
+    LOAD_FIELDS,
+    MAPPINGS,
+    READ_FIELDS,
+    Derived,
+    EngineMapping,
+    Series,
+)
 
 AUTO = "auto"
 
@@ -108,6 +115,11 @@ def _total(parts: list[tuple[Labels, float]], totals: tuple[str, ...]) -> float:
     return whole[0] if whole else sum(v for _labels, v in parts)
 
 
+def _check(what: str, value: float, ratio: bool) -> None:
+    if not math.isfinite(value) or value < 0 or (ratio and value > 1):
+        raise SampleError(ErrorReason.INVALID_VALUE, f"{what} = {value!r}")
+
+
 def _series(found: dict[str, list[tuple[Labels, float]]], series: Series,
             mapping: EngineMapping, ratio: bool) -> dict[Labels, float] | None:
     picked = _samples(found, series, mapping)
@@ -115,8 +127,7 @@ def _series(found: dict[str, list[tuple[Labels, float]]], series: Series,
         return None
     name, samples = picked
     for _labels, v in samples:
-        if not math.isfinite(v) or v < 0 or (ratio and v > 1):
-            raise SampleError(ErrorReason.INVALID_VALUE, f"{name} = {v!r}")
+        _check(name, v, ratio)
     return _ranks(samples, series, mapping)
 
 
@@ -134,10 +145,7 @@ def _derive(found: dict[str, list[tuple[Labels, float]]], derived: Derived,
     values = [left[k] - right[k] if derived.op == "minus" else left[k] / right[k]
               for k in left if derived.op == "minus" or right[k] > 0]
     for v in values:
-        if v < 0 or (ratio and v > 1):
-            raise SampleError(ErrorReason.INVALID_VALUE,
-                              f"{derived.left.names[0]} {derived.op} "
-                              f"{derived.right.names[0]} = {v!r}")
+        _check(f"{derived.left.names[0]} {derived.op} {derived.right.names[0]}", v, ratio)
     return values or None
 
 
@@ -164,9 +172,10 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
     except PromTextError as e:
         raise SampleError(ErrorReason.PARSE, str(e)) from e
     counts = {attr: _field(found, attr, mapping)
-              for attr in (*LOAD_FIELDS, "capacity") if attr != "kv_cache_usage"}
+              for attr in READ_FIELDS if attr != "kv_cache_usage"}
     kv = _field(found, "kv_cache_usage", mapping)
-    if kv is None and all(counts[attr] is None for attr in LOAD_FIELDS if attr in counts):
+    if kv is None and all(counts[attr] is None for attr in LOAD_FIELDS
+                          if attr != "kv_cache_usage"):
         raise SampleError(ErrorReason.PARSE, f"no {mapping.engine} load metrics on the page")
     return EngineSample(
         engine=mapping.engine,

@@ -23,7 +23,7 @@ docs/metrics.md ("Engines").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 
@@ -99,8 +99,7 @@ class EngineMapping:
 
     def names(self) -> frozenset[str]:
         """Every metric name this mapping may read."""
-        every = [s for f in fields(self) if f.name in (*LOAD_FIELDS, "capacity")
-                 for s in getattr(self, f.name)]
+        every = [s for attr in READ_FIELDS for s in getattr(self, attr)]
         every += [s for _attr, d in self.derived for s in (d.left, d.right)]
         return frozenset(spelling for series in every for name in series.names
                          for spelling in self.spellings(name))
@@ -109,6 +108,8 @@ class EngineMapping:
 # The fields every mapping fills, in the order the exporter publishes them.
 LOAD_FIELDS = ("running", "waiting", "kv_cache_usage", "request_success", "prompt_tokens",
                "generation_tokens")
+# Every field read from the page: the load, and the capacity an engine may state.
+READ_FIELDS = (*LOAD_FIELDS, "capacity")
 
 VLLM = EngineMapping(
     engine="vllm",

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
 from tests.live import llama_server
+from tests.live.test_llamacpp import N_PREDICT, REQUESTS, SLOT_CONTEXT, SLOTS
 from tests.live.tiny_model import write_tiny_llama
+from tests.support.polling import eventually
 
-SLOTS, REQUESTS, N_PREDICT, SLOT_CONTEXT = 2, 5, 2000, 2048
+
+def _busy(text: str) -> bool:
+    values = llama_server.page_values(text)
+    return (values["llamacpp:requests_processing"] == SLOTS
+            and values["llamacpp:requests_deferred"] == REQUESTS - SLOTS)
 
 
 def main(out: Path) -> None:
@@ -40,22 +45,12 @@ def main(out: Path) -> None:
             with ThreadPoolExecutor(REQUESTS) as clients:
                 futures = [clients.submit(llama_server.complete, url, f"Request {i}:",
                                           N_PREDICT, 120) for i in range(REQUESTS)]
-                page = None
-                deadline = time.monotonic() + 30
-                while page is None and time.monotonic() < deadline:
-                    text = llama_server.get(f"{url}/metrics").decode()
-                    values = llama_server.page_values(text)
-                    if (values["llamacpp:requests_processing"] == SLOTS
-                            and values["llamacpp:requests_deferred"] == REQUESTS - SLOTS):
-                        page = text
-                    else:
-                        time.sleep(0.05)
+                page = eventually(lambda: llama_server.get(f"{url}/metrics").decode(),
+                                  _busy, 30, "2 processing / 3 deferred", every=0.05)
                 for f in futures:
                     f.result()
         finally:
             group.stop()
-    if page is None:
-        sys.exit("never saw 2 processing / 3 deferred")
     out.write_text(page)
     print(f"wrote {out}")
 

@@ -97,7 +97,7 @@ def read(base_url: str) -> LlamaView:
         processing=values["llamacpp:requests_processing"],
         deferred=values["llamacpp:requests_deferred"],
         prompt=values["llamacpp:prompt_tokens_total"],
-        cached=values.get("llamacpp:prompt_tokens_cached_total", 0.0),
+        cached=values["llamacpp:prompt_tokens_cached_total"],
         predicted=values["llamacpp:tokens_predicted_total"],
         busy_slots=sum(1 for s in slots if s["is_processing"]),
         slots=len(slots))
