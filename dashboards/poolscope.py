@@ -327,7 +327,8 @@ def instance() -> Json:
                    one("poolscope_engine_kv_cache_usage_max_ratio", "fullest rank")),
                   unit="percentunit", ratio=True, width=8),
             Panel("timeseries", "Capacity",
-                  "configured (--capacity), stated by the engine, or learned high-water mark.",
+                  "configured (--capacity), stated by the engine, or learned (the most "
+                  "running at once in the last hour).",
                   (one("poolscope_instance_capacity_requests", "{{source}}"),), width=8),
             Panel("timeseries", "Throughput", "The engine's own counters.",
                   (rate_by("poolscope_engine_request_success_total", "instance_id",

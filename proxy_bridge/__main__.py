@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from exporters.common.argtypes import OneLineErrorParser
 from exporters.common.web import add_common_flags
 from proxy_bridge.app import create_app
 from proxy_bridge.promql import InvalidProxyId, validate_proxy_id
@@ -27,7 +28,7 @@ def _proxy_id(text: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrorParser(
         prog=PROG, description="Serve one Proxy pool's summary, its Proxy-local detail and "
                                "the provenance of every field.")
     p.add_argument("--proxy-id", type=_proxy_id, required=True, metavar="PID",

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from exporters.common import catalog as c
-from exporters.common.thresholds import FRESH_S
+from exporters.common.thresholds import FRESH_S, MEMBER_MEMORY
 from proxy_bridge.local import LocalView
 from proxy_bridge.local_queries import FRESHNESS_RULE
 from proxy_bridge.series import one
@@ -47,6 +47,7 @@ class Code(StrEnum):
     ENGINE_NOT_EXPOSING = "engine_not_exposing"
     NOT_WIRED = "not_wired"
     NO_TRAFFIC = "no_traffic"
+    RATE_NOT_COVERED = "rate_window_not_covered"
     ROLLUP_ABSENT = "rollup_absent"
 
 
@@ -178,6 +179,31 @@ def _host_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
 
 def host(view: LocalView, f: Field) -> list[Reason]:
     return _per_instance(view, _registered(view), _host_cause)
+
+
+def freshness(view: LocalView, f: Field) -> list[Reason]:
+    """A member without a host sample age makes the pool's age unknown. A registered
+    member is diagnosed by name; a gateway's endpoint or a silent self-declared member
+    may have no exporter answering for it at all."""
+    found = host(view, f)
+    if found or not _declared(view):
+        return found
+    if not _registered(view):
+        return [Reason(Code.INSTANCE_EXPORTER_DOWN,
+                       "no Instance exporter that declares the pool answers its scrapes "
+                       f"({c.COLLECTOR_SUCCESS.name} absent for all)")]
+    return [Reason(Code.INSTANCE_EXPORTER_DOWN,
+                   "every Instance exporter answering for the pool serves a host sample "
+                   "age, but the pool counts more members (instances.total): a gateway "
+                   "endpoint without an Instance exporter, or a self-declared member "
+                   f"that stopped answering within {MEMBER_MEMORY} (still counted, as "
+                   "stale); its age is unknown")]
+
+
+def network(view: LocalView, f: Field) -> list[Reason]:
+    """Host causes first; with every member's host sampled, it is the rate's window."""
+    return host(view, f) or [Reason(Code.RATE_NOT_COVERED,
+                                    f"every member's host is sampled, but {f.null_when}")]
 
 
 def _gpu_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
@@ -348,12 +374,12 @@ CHECKS: dict[str, Check] = {
     "utilization.gpu_util_avg": gpu,
     "utilization.gpu_util_max": gpu,
     "utilization.gpu_mem_used_ratio": gpu,
-    "utilization.network_rx_mbps_total": host,
-    "utilization.network_tx_mbps_total": host,
+    "utilization.network_rx_mbps_total": network,
+    "utilization.network_tx_mbps_total": network,
     "utilization.kv_cache_usage_avg": kv_cache,
     "utilization.kv_cache_usage_max": kv_cache,
-    "health.resource_freshness_s_avg": host,
-    "health.resource_freshness_s_max": host,
+    "health.resource_freshness_s_avg": freshness,
+    "health.resource_freshness_s_max": freshness,
     "health.pool_admission_state": admission,
 }
 _FIELDS = {f.path: f for f in FIELDS}

@@ -51,17 +51,26 @@ RECENT_ERRORS_WINDOW = "1m"
 
 
 def _named(name: str, expr: str) -> str:
-    return f'label_replace({expr}, "__name__", "{name}", "", "")'
+    """`expr` under `name`, and labelled figure=`name` too: `or` matches label sets
+    without `__name__`, so figures of one Instance would otherwise drop each other."""
+    return (f'label_replace(label_replace({expr}, "__name__", "{name}", "", ""),'
+            f' "figure", "{name}", "", "")')
 
 
 def _per_instance(pool: str) -> str:
     age = f'{c.COLLECTOR_SAMPLE_AGE.name}{{collector="host",{pool}}}'
     by = "max by (proxy_id, instance_id)"
-    rate = "sum by (proxy_id, instance_id) (rate({}{{{}}}[1m]) >= 0)"
+    # A rate is kept only while its window has a sample within 8 s of each end, as
+    # in the pool rollups: after a gap in scrapes rate() extrapolates a mostly
+    # empty window.
+    rate = ("sum by (proxy_id, instance_id) (rate({0}[1m]) >= 0"
+            " and timestamp({0}) > time() - 8 and count_over_time({0}[8s] offset 52s))")
+    rx = f"{c.HOST_NETWORK_RECEIVE.name}{{{pool}}}"
+    tx = f"{c.HOST_NETWORK_TRANSMIT.name}{{{pool}}}"
     return " or ".join((
         _named(FRESHNESS_RULE, f"{by} (({age} >= 0) + (time() - timestamp({age})))"),
-        _named(NETWORK_RX_RULE, rate.format(c.HOST_NETWORK_RECEIVE.name, pool)),
-        _named(NETWORK_TX_RULE, rate.format(c.HOST_NETWORK_TRANSMIT.name, pool)),
+        _named(NETWORK_RX_RULE, rate.format(rx)),
+        _named(NETWORK_TX_RULE, rate.format(tx)),
     ))
 
 

@@ -12,6 +12,12 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
+from exporters.common.argtypes import (
+    OneLineErrorParser,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 from exporters.common.web import (
     HttpLimits,
     UsageError,
@@ -27,37 +33,46 @@ from scheduler_bridge.heap import keep_freed_memory
 PROG = "poolscope-scheduler-bridge"
 
 
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 0")
-    return value
-
-
 def add_bridge_flags(p: argparse.ArgumentParser) -> None:
     """What both bridges need to read rollups; the Proxy bridge takes them too."""
     p.add_argument("--prometheus-url", action="append", required=True, metavar="URL",
                    help="Prometheus HTTP API base URL; repeat for an HA pair (tried in order)")
-    p.add_argument("--cache-ttl", type=_non_negative, default=1.0, metavar="S",
+    p.add_argument("--cache-ttl", type=non_negative_float, default=1.0, metavar="S",
                    help="seconds one snapshot is shared by all requests (0: every request)")
-    p.add_argument("--stale-after", type=_non_negative, default=30.0, metavar="S",
+    p.add_argument("--stale-after", type=non_negative_float, default=30.0, metavar="S",
                    help="serve the last good snapshot, marked stale, at most this old")
-    p.add_argument("--query-timeout", type=_non_negative, default=5.0, metavar="S",
+    p.add_argument("--query-timeout", type=positive_float, default=5.0, metavar="S",
                    help="per-backend timeout of one query")
-    p.add_argument("--query-shards", type=int, default=1, metavar="N",
+    p.add_argument("--query-shards", type=positive_int, default=1, metavar="N",
                    help="split the snapshot query by rollup name into N concurrent queries "
                         "at the same evaluation time (parse overlaps evaluation)")
+    p.add_argument("--fresh-for", type=non_negative_float, default=Settings.fresh_for_s,
+                   metavar="S", help="rollups the rules wrote longer ago than this are "
+                                     "served marked stale (default %(default)g)")
+    p.add_argument("--answer-within", type=non_negative_float, default=Settings.answer_within_s,
+                   metavar="S", help="a request waits this long for a refresh in flight, "
+                                     "then gets the last snapshot marked stale "
+                                     "(default %(default)g)")
+    p.add_argument("--query-max-bytes", type=positive_int, default=Settings.max_answer_bytes,
+                   metavar="N", help="refuse a backend answer larger than this "
+                                     "(default %(default)d)")
+    p.add_argument("--max-clock-skew", type=non_negative_float, default=Settings.max_clock_skew_s,
+                   metavar="S", help="refuse answers from a backend whose clock (its Date "
+                                     "header) differs from this host's by more "
+                                     "(default %(default)g)")
 
 
 def _settings_from(args: argparse.Namespace, auth_token: str | None) -> Settings:
     """The bridge settings of a parser built with `add_bridge_flags`."""
     return Settings(backends=tuple(args.prometheus_url), cache_ttl_s=args.cache_ttl,
                     stale_after_s=args.stale_after, query_timeout_s=args.query_timeout,
-                    auth_token=auth_token, query_shards=args.query_shards)
+                    auth_token=auth_token, query_shards=args.query_shards,
+                    fresh_for_s=args.fresh_for, answer_within_s=args.answer_within,
+                    max_answer_bytes=args.query_max_bytes, max_clock_skew_s=args.max_clock_skew)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrorParser(
         prog=PROG, description="Serve every Proxy pool's summary from the proxy_pool: rollups.")
     add_bridge_flags(p)
     # Every Scheduler replica and operator polls this one: room for hundreds of clients.

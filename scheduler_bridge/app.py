@@ -7,7 +7,6 @@ The Proxy bridge is built on the same skeleton (`bridge_app`) and shared routes.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -16,18 +15,17 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from exporters.common.identity import ID_RULE, valid_id
+from exporters.common.thresholds import FRESH_S
 from exporters.common.web import guarded, json_error, timing
 from scheduler_bridge.cache import Refresh, Served, SnapshotCache, Unavailable
 from scheduler_bridge.metrics import BridgeMetrics
-from scheduler_bridge.promapi import PrometheusAPI
+from scheduler_bridge.promapi import MAX_ANSWER_BYTES, MAX_CLOCK_SKEW_S, PrometheusAPI
 from scheduler_bridge.queries import read_snapshot
 from scheduler_bridge.sources import describe_sources
 from scheduler_bridge.status_page import add_status_routes
 from scheduler_bridge.summary import SCHEMA_VERSION, PoolSnapshot, encode_json
 
-# Seed 000's ids look like "hp_127.0.0.1:8001". The id is only ever a dict key, never
-# part of a query, but anything else is rejected before it reaches a log or a lookup.
-PROXY_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 NAMESPACE = "poolscope_scheduler_bridge"
 
 
@@ -39,6 +37,12 @@ class Settings:
     query_timeout_s: float = 5.0
     auth_token: str | None = None
     query_shards: int = 1
+    # Rollups older than this are served marked stale: three evaluations of 5 s.
+    fresh_for_s: float = FRESH_S
+    # How long a request waits for a refresh in flight before it gets the last snapshot.
+    answer_within_s: float = 1.0
+    max_answer_bytes: int = MAX_ANSWER_BYTES
+    max_clock_skew_s: float = MAX_CLOCK_SKEW_S
 
 
 CACHE = web.AppKey("cache", SnapshotCache)
@@ -83,9 +87,12 @@ def bridge_app(settings: Settings, metrics: BridgeMetrics, registry: CollectorRe
         # both ends than it saves in transfer time.
         async with aiohttp.ClientSession(headers={"Accept-Encoding": "identity"}) as session:
             api = PrometheusAPI(settings.backends, session, settings.query_timeout_s,
-                                observer=metrics)
+                                observer=metrics, max_answer_bytes=settings.max_answer_bytes,
+                                max_clock_skew_s=settings.max_clock_skew_s, clock=clock)
             app[CACHE] = SnapshotCache(refresh_for(app, api), ttl_s=settings.cache_ttl_s,
                                        stale_after_s=settings.stale_after_s,
+                                       fresh_for_s=settings.fresh_for_s,
+                                       answer_within_s=settings.answer_within_s,
                                        metrics=metrics, clock=clock)
             yield
 
@@ -113,8 +120,10 @@ async def all_pools(request: web.Request) -> web.Response:
 
 async def one_pool(request: web.Request) -> web.Response:
     proxy_id = request.match_info["proxy_id"]
-    if not PROXY_ID.fullmatch(proxy_id):
-        return json_error(400, "invalid proxy_id: expected 1-128 of [A-Za-z0-9_.:-]")
+    # Only ever a dict key here, never part of a query; anything outside the shared
+    # charset is refused before it reaches a log or a lookup.
+    if not valid_id(proxy_id):
+        return json_error(400, f"invalid proxy_id: expected {ID_RULE}")
     served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
@@ -145,8 +154,8 @@ async def readyz(request: web.Request) -> web.Response:
     if isinstance(served, web.Response):
         return served
     if served.stale:
-        return json_error(503, "no backend answers; serving a stale snapshot",
-                          age_s=round(served.age_s, 3))
+        return json_error(503, "serving a stale snapshot: no backend answers in time, or "
+                          "the rollups are older than --fresh-for", age_s=round(served.age_s, 3))
     return web.json_response({"status": "ready", "pools": len(served.snapshot.pools)})
 
 
@@ -161,8 +170,7 @@ async def snapshot_or_error(request: web.Request) -> Served | web.Response:
     try:
         return await request.app[CACHE].get()
     except Unavailable as e:
-        return json_error(503, "no snapshot younger than --stale-after: every backend failed",
-                          backends=[err.as_dict() for err in e.errors],
+        return json_error(503, e.reason, backends=[err.as_dict() for err in e.errors],
                           last_good_age_s=e.last_good_age_s)
 
 

@@ -1,11 +1,15 @@
 """One snapshot per TTL, shared by every request, and honest about its age.
 
 A Scheduler fleet may ask many times a second; Prometheus should see one query per
-TTL however many ask at once (single flight). When every backend fails, the last
-good snapshot is still the truth about the recent past, so it is served, marked
-stale, with its age, until it is older than `stale_after`; after that the bridge
-says it does not know (Unavailable) rather than serve an old value as current.
-A failed refresh is remembered for the TTL too, so a dead backend is not hammered.
+TTL however many ask at once (single flight). A snapshot's age is that of its rollups,
+from their own timestamps: Prometheus may answer at once with samples its rules wrote
+long ago. When every backend fails, the last good snapshot is still the truth about
+the recent past, so it is served, marked stale, with its age; so is one whose rollups
+are older than `fresh_for`, and the last snapshot while a refresh is late (after
+`answer_within`: a hung backend must not hold every request for its timeout). Older
+than `stale_after`, the bridge says it does not know (Unavailable) rather than serve
+an old value as current. A failed refresh is remembered for the TTL too, so a dead
+backend is not hammered.
 """
 
 from __future__ import annotations
@@ -35,30 +39,37 @@ class Served:
 
 
 class Unavailable(Exception):
-    """No snapshot young enough to serve; names what failed."""
+    """No snapshot young enough to serve; says why and names what failed."""
 
-    def __init__(self, errors: Sequence[BackendError], last_good_age_s: float | None) -> None:
-        causes = "; ".join(str(e) for e in errors) or "no successful query yet"
-        super().__init__(causes)
+    def __init__(self, reason: str, errors: Sequence[BackendError],
+                 last_good_age_s: float | None) -> None:
+        causes = "; ".join(str(e) for e in errors)
+        super().__init__(f"{reason}: {causes}" if causes else reason)
+        self.reason = reason
         self.errors = tuple(errors)
         self.last_good_age_s = last_good_age_s
 
 
 class SnapshotCache:
     def __init__(self, refresh: Refresh, *, ttl_s: float, stale_after_s: float,
-                 metrics: BridgeMetrics, clock: Callable[[], float] = time.time) -> None:
+                 fresh_for_s: float, answer_within_s: float, metrics: BridgeMetrics,
+                 clock: Callable[[], float] = time.time) -> None:
         self._refresh = refresh
         self._ttl = ttl_s
         self._stale_after = stale_after_s
+        self._fresh_for = fresh_for_s
+        self._answer_within = answer_within_s
         self._metrics = metrics
         self._clock = clock
         self._good: PoolSnapshot | None = None
         self._failure: AllBackendsFailed | None = None
         self._attempted_at: float | None = None
         self._inflight: asyncio.Task[None] | None = None
+        self._inflight_since = 0.0  # loop time: immune to the wall clock's steps
 
     async def get(self) -> Served:
         """The snapshot to serve now; raises Unavailable when there is none."""
+        loop = asyncio.get_running_loop()
         if self._inflight is not None:
             self._metrics.cache.labels("shared").inc()
         elif self._attempted_at is not None and self._clock() - self._attempted_at < self._ttl:
@@ -67,8 +78,18 @@ class SnapshotCache:
         else:
             self._metrics.cache.labels("miss").inc()
             self._inflight = asyncio.create_task(self._run_refresh())
+            self._inflight_since = loop.time()
         # shield: a client hanging up must not cancel the refresh others wait for.
-        await asyncio.shield(self._inflight)
+        inflight = asyncio.shield(self._inflight)
+        if self._good is None:
+            await inflight  # nothing to serve meanwhile
+            return self._outcome()
+        wait = self._answer_within - (loop.time() - self._inflight_since)
+        try:
+            await asyncio.wait_for(inflight, max(wait, 0.0))
+        except TimeoutError:
+            self._metrics.cache.labels("late").inc()
+            return self._outcome(late=True)
         return self._outcome()
 
     async def _run_refresh(self) -> None:
@@ -96,15 +117,22 @@ class SnapshotCache:
             self._attempted_at = at
             self._inflight = None
 
-    def _outcome(self) -> Served:
+    def _outcome(self, *, late: bool = False) -> Served:
         good = self._good
-        age = None if good is None else max(0.0, self._clock() - good.generated_at)
-        if good is not None and age is not None:
-            if self._failure is None:
-                return Served(good, False, age)
-            if age <= self._stale_after:
-                return Served(good, True, age)
-        raise Unavailable(self._failure.errors if self._failure else (), age)
+        errors = self._failure.errors if self._failure else ()
+        if good is None:
+            raise Unavailable("no snapshot yet: every backend failed", errors, None)
+        measured_at = good.generated_at if good.rollups_at is None else good.rollups_at
+        age = max(0.0, self._clock() - measured_at)
+        if age > self._stale_after:
+            reason = ("no snapshot younger than --stale-after: every backend failed"
+                      if self._failure else
+                      f"the rollups were written {age:.1f} s ago, over --stale-after: "
+                      "Prometheus answers, but its rules have not run since")
+            raise Unavailable(reason, errors, age)
+        stale = (late or self._failure is not None or good.rollups_at is None
+                 or age > self._fresh_for)
+        return Served(good, stale, age)
 
 
 def _release(retired: PoolSnapshot | None) -> None:

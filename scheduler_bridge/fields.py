@@ -94,6 +94,15 @@ _NO_DISPATCH = ("only the embedded Proxy's dispatch path counts it: a gateway, o
 _NO_QUEUE = ("no Proxy-side queue: not the embedded Proxy, or a gateway without one, or "
              "one that serves several pools (llmgw's admission bands with --pool-label)")
 _NO_RESOURCE = "no member of the pool serves a fresh host sample"
+# A rate is kept only while its 1m window has a sample within 8 s of each end
+# (rules/proxy_pool.yml): after a gap rate() would extrapolate a mostly empty window.
+_UNCOVERED = ("or none has a sample within 8 s of each end of the last minute (the newest "
+              "not stale): for up to a minute after a gap in scrapes or a Prometheus restart")
+_NO_NET = ("no member's host serves a network counter scraped now, " + _UNCOVERED)
+_NO_AGE = ("no member of the pool serves a host sample age, or a member the pool counts "
+           "(instances.total) serves none: its exporter is down or not scraped, a "
+           "self-declared member stopped answering within 5m, or its host collector never "
+           "succeeded, so its age is unknown")
 _NO_GPU = "no healthy GPU in the pool (no NVML, no GPU, or every GPU failing its reads)"
 
 FIELDS: tuple[Field, ...] = (
@@ -128,8 +137,8 @@ FIELDS: tuple[Field, ...] = (
     Field("load.qps_1m_total", "proxy_pool:requests:rate1m", Classification.DERIVED,
           "rate(poolscope_proxy_requests_total[1m]) (Proxy-side request counter), else "
           "rate(poolscope_engine_request_success_total[1m]) (source engine)",
-          "no request counter of the pool has two samples in the last minute",
-          group="load"),
+          "no request counter of the pool has two samples in the last minute, "
+          + _UNCOVERED, group="load"),
     Field("load.load_ratio", "proxy_pool:load:ratio", Classification.DERIVED,
           "inflight_total / capacity", "inflight or capacity is unknown", group="load"),
     Field("load.capacity", "proxy_pool:capacity_requests:sum", Classification.CONFIGURED,
@@ -169,10 +178,10 @@ FIELDS: tuple[Field, ...] = (
     Field("utilization.gpu_mem_used_ratio", "proxy_pool:gpu_memory_used:ratio",
           Classification.MEASURED, _GPU_MEM, _NO_GPU, group="resource"),
     Field("utilization.network_rx_mbps_total", "proxy_pool:network_receive_bytes:rate1m",
-          Classification.DERIVED, _NET.format("receive"), _NO_RESOURCE,
+          Classification.DERIVED, _NET.format("receive"), _NO_NET,
           scale=BYTES_PER_S_TO_MBPS, group="resource"),
     Field("utilization.network_tx_mbps_total", "proxy_pool:network_transmit_bytes:rate1m",
-          Classification.DERIVED, _NET.format("transmit"), _NO_RESOURCE,
+          Classification.DERIVED, _NET.format("transmit"), _NO_NET,
           scale=BYTES_PER_S_TO_MBPS, group="resource"),
     Field("utilization.kv_cache_usage_avg", "proxy_pool:kv_cache_usage:avg",
           Classification.MEASURED,
@@ -185,10 +194,10 @@ FIELDS: tuple[Field, ...] = (
           "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource"),
     # health
     Field("health.resource_freshness_s_avg", "proxy_pool:resource_freshness_seconds:avg",
-          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_RESOURCE),
+          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_AGE),
     Field("health.resource_freshness_s_max", "proxy_pool:resource_freshness_seconds:max",
           Classification.DERIVED, "the largest " + _HOST + " plus the oldest scrape's age "
-          "(errs old by at most one scrape interval, never fresh)", _NO_RESOURCE),
+          "(errs old by at most one scrape interval, never fresh)", _NO_AGE),
     Field("health.pool_admission_state", "proxy_pool:admission_state", Classification.DERIVED,
           "poolscope_instance_admission_level (instance exporter), the best state any "
           "member offers", "no member reports an admission state",

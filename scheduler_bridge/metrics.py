@@ -35,7 +35,9 @@ class BridgeMetrics:
         self.cache = PromCounter(
             "cache_requests_total",
             "Snapshot lookups: hit (cached, within TTL), shared (joined a refresh in flight), "
-            "miss (started a refresh).", ["result"], namespace=namespace, registry=registry)
+            "miss (started a refresh), late (served the last snapshot, stale, while a "
+            "refresh ran past --answer-within).", ["result"], namespace=namespace,
+            registry=registry)
         self.refreshes = PromCounter(
             "refreshes_total", "Snapshot refreshes, by outcome.", ["outcome"],
             namespace=namespace, registry=registry)

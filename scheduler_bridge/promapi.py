@@ -13,8 +13,9 @@ import logging
 import time
 import urllib.parse
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from operator import itemgetter
 from typing import Any, Protocol
 
@@ -32,6 +33,12 @@ LAYOUT_MIN_SERIES = 100
 # Layouts kept per PrometheusAPI, one per (backend, query): the bridges send a fixed
 # handful of queries, so this only bounds memory against a caller that varies them.
 MAX_LAYOUTS = 16
+# Bounds one answer's body: 1,000 pools answer in about 5 MB, and parsing holds about
+# many times the body in Python objects.
+MAX_ANSWER_BYTES = 128 * 1024 * 1024
+# How far a backend's clock may stray from the bridge's before its answers are refused:
+# rollups evaluated at the bridge's "now" are only current if Prometheus agrees on it.
+MAX_CLOCK_SKEW_S = 2.0
 
 
 class ErrorKind:
@@ -42,6 +49,8 @@ class ErrorKind:
     HTTP = "http_status"
     API = "api_error"
     RESPONSE = "bad_response"
+    TOO_LARGE = "too_large"
+    CLOCK = "clock_skew"
 
 
 class BackendError(Exception):
@@ -91,7 +100,10 @@ class PrometheusAPI:
     """Instant queries with an explicit evaluation time, first answering backend wins."""
 
     def __init__(self, backends: Sequence[str], session: aiohttp.ClientSession,
-                 timeout_s: float, observer: QueryObserver | None = None) -> None:
+                 timeout_s: float, observer: QueryObserver | None = None, *,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES,
+                 max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
+                 clock: Callable[[], float] = time.time) -> None:
         if not backends:
             raise ValueError("at least one Prometheus URL is needed")
         self._backends = tuple(b.rstrip("/") for b in backends)
@@ -99,6 +111,9 @@ class PrometheusAPI:
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._observer = observer
+        self._max_bytes = max_answer_bytes
+        self._max_skew = max_clock_skew_s
+        self._clock = clock
         self._layouts: dict[tuple[str, str], Layout] = {}
 
     async def query(self, promql: str, at: float) -> QueryResult:
@@ -130,16 +145,54 @@ class PrometheusAPI:
         # answers a query near now as of `now - latencyOffset` yet labels it with the
         # time asked; `nocache=1` makes it evaluate at that time (Prometheus ignores it).
         params = {"query": promql, "time": f"{at:.3f}", "nocache": "1"}
+        sent = self._clock()
         try:
             async with self._session.get(f"{url}/api/v1/query", params=params,
                                          timeout=self._timeout) as resp:
-                body = await resp.read()
+                body = await self._body(name, resp)
                 status = resp.status
+                date = resp.headers.get("Date")
         except TimeoutError as e:
             raise BackendError(name, ErrorKind.TIMEOUT, "no answer in time") from e
         except aiohttp.ClientError as e:
             raise BackendError(name, ErrorKind.CONNECT, str(e) or type(e).__name__) from e
+        if date is not None and status == 200:  # an error answer is reported as one
+            self._check_clock(name, date, sent, self._clock())
         return self._read(url, name, promql, status, body)
+
+    async def _body(self, name: str, resp: aiohttp.ClientResponse) -> bytes:
+        """The body, refused once it passes the bound: no answer can exhaust memory."""
+        limit = self._max_bytes
+        if resp.content_length is not None:
+            if resp.content_length > limit:
+                raise _too_large(name, limit)
+            return await resp.read()
+        body = bytearray()
+        async for chunk in resp.content.iter_any():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(name, limit)
+        return bytes(body)
+
+    def _check_clock(self, name: str, date: str, sent: float, received: float) -> None:
+        """Refuse an answer from a backend whose clock disagrees with the bridge's.
+
+        Prometheus writes `Date` (whole seconds) while answering, so with agreeing
+        clocks it falls within [sent, received] truncated. Beyond that, rollups read at
+        the bridge's "now" may be minutes old, or not yet written, and look current.
+        """
+        try:
+            their = parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            return  # not a date we can read: the rollups' own timestamps still count
+        if their > received + self._max_skew:
+            skew = f"{their - received:.0f} s ahead of"
+        elif their + 1.0 < sent - self._max_skew:
+            skew = f"{sent - their - 1.0:.0f} s behind"
+        else:
+            return
+        raise BackendError(name, ErrorKind.CLOCK,
+                           f"its clock (Date: {date}) is {skew} this bridge's, at least")
 
     def _read(self, url: str, name: str, promql: str, status: int, body: bytes) -> Vector:
         """The answer's vector: only its values are read when its series are the last
@@ -158,6 +211,10 @@ class PrometheusAPI:
                 del self._layouts[next(iter(self._layouts))]
             self._layouts[key] = fresh
         return vector
+
+
+def _too_large(name: str, limit: int) -> BackendError:
+    return BackendError(name, ErrorKind.TOO_LARGE, f"answer over {limit} bytes")
 
 
 _METRIC, _VALUE, _TEXT = itemgetter("metric"), itemgetter("value"), itemgetter(1)

@@ -7,6 +7,10 @@ cores, and the bridge parses the first answers while the others are still being
 produced. The number of queries depends on the shard count, never on the number of
 pools; the last shard's negative matcher catches rollups fields.py does not know yet,
 so every pool seen in any proxy_pool: series is still found.
+
+One more query asks when the rules last wrote a rollup: an answer at time T can hold
+samples written long before T (Prometheus restarted on old data, the rules stopped, a
+cache replaying an answer), and only their own timestamps tell.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ import re
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
-from scheduler_bridge.fields import rollup_names
+from scheduler_bridge.fields import DATA_QUALITY_ROLLUP, rollup_names
 from scheduler_bridge.rollup_index import ROLLUP_PREFIX
 from scheduler_bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector, build_snapshot
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_QUERY = '{__name__=~"proxy_pool:.+"}'
+# Every pool has a data_quality series, written at each evaluation of the rules.
+EVALUATED_QUERY = f'max(timestamp({{__name__="{DATA_QUALITY_ROLLUP}"}}))'
 
 _NAMES = sorted(n.removeprefix(ROLLUP_PREFIX) for n in rollup_names())
 # Names go into a regex unescaped; fields.py only uses characters that need no escaping.
@@ -48,9 +54,11 @@ async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> Pool
 
     A shard that fails leaves its fields null (so data_quality is at most partial) and
     is counted in `failed_queries`; when every shard fails the first error is raised.
+    When the rollups' age cannot be read, the snapshot's age is unknown (served stale).
     """
-    results = await asyncio.gather(*(query(q, at) for q in snapshot_queries(shards)),
-                                   return_exceptions=True)
+    evaluated, *results = await asyncio.gather(
+        query(EVALUATED_QUERY, at), *(query(q, at) for q in snapshot_queries(shards)),
+        return_exceptions=True)
     answers: list[Sequence[Sample]] = []
     failures: list[Exception] = []
     for result in results:
@@ -65,7 +73,20 @@ async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> Pool
         raise failures[0]
     snapshot = build_snapshot(_joined(answers), at)
     snapshot.failed_queries = len(failures)
+    snapshot.rollups_at = _rollups_at(evaluated, at)
     return snapshot
+
+
+def _rollups_at(evaluated: Sequence[Sample] | BaseException, at: float) -> float | None:
+    """When the rules last wrote the rollups read at `at`: `at` itself when there are
+    none (nothing older is served), None when that could not be read."""
+    if isinstance(evaluated, Exception):
+        log.warning("rollup timestamps unreadable at %s: %s", at, evaluated)
+        return None
+    if isinstance(evaluated, BaseException):
+        raise evaluated
+    stamps = [value for _, value in evaluated if value is not None]
+    return min(max(stamps), at) if stamps else (None if evaluated else at)
 
 
 def _joined(answers: Sequence[Sequence[Sample]]) -> Iterable[Sample]:

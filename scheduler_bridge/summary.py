@@ -131,6 +131,8 @@ class PoolSnapshot:
     pools: dict[str, dict[str, Any]]
     index: PoolIndex = field(repr=False)
     failed_queries: int = 0  # shards that failed: their fields are null
+    # When the rules wrote what was read (None: unknown); queries.read_snapshot sets it.
+    rollups_at: float | None = None
     _encoded: bytes | None = field(default=None, init=False, repr=False)
 
     @property

@@ -44,7 +44,13 @@ from deploy.demo.sim_scheduler import (
     SimRequest,
     Ticket,
 )
-from exporters.common.argtypes import OneLineErrorParser, host_port, positive_float, positive_int
+from exporters.common.argtypes import (
+    OneLineErrorParser,
+    host_port,
+    identifier,
+    positive_float,
+    positive_int,
+)
 
 log = logging.getLogger("engine_sim")
 
@@ -312,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-output-tokens", type=positive_int, default=64,
                    help="output length of requests without max_tokens (finish reason 'stop')")
     p.add_argument("--register-url", help="demo Proxy control-plane base URL to register with")
-    p.add_argument("--instance-id", help="instance id to register as")
+    p.add_argument("--instance-id", type=identifier, help="instance id to register as")
     p.add_argument("--heartbeat-interval", type=positive_float, default=2.0,
                    help="seconds between heartbeats to the Proxy")
     p.add_argument("--capacity", type=positive_int, default=None,

@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import NoReturn
 
+from exporters.common.identity import ID_RULE, valid_id
+
 
 class OneLineErrorParser(argparse.ArgumentParser):
     """Bad flags give one line on stderr and exit status 2, like the exporters.
@@ -60,3 +62,13 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value!r}")
     return number
+
+
+def identifier(value: str) -> str:
+    """argparse type for a proxy_id or instance_id flag: refused at start-up, since
+    an id outside the charset would be published but then only partly served (the
+    bridges refuse it in a URL, a non-UTF-8 one fails every page it is on)."""
+    if not valid_id(value):
+        shown = repr(value[:128]) + (f" ({len(value)} characters)" if len(value) > 128 else "")
+        raise argparse.ArgumentTypeError(f"expected {ID_RULE}, got {shown}")
+    return value

@@ -162,7 +162,8 @@ INSTANCE_CAPACITY = _instance(
     "poolscope_instance_capacity_requests", "gauge",
     "Concurrent requests this Instance can run: source=configured (--capacity), "
     "source=engine:<name> (the engine's own limit: llama.cpp's slots, TensorRT-LLM's "
-    "max batch) or source=learned (high-water mark of observed running requests); "
+    "max batch) or source=learned (the most requests seen running at once in the last "
+    "hour); "
     "absent while the engine it reads does not answer.")
 ADMISSION_STATES = ("accepting", "degraded", "saturated", "draining", "unknown")
 INSTANCE_ADMISSION_STATE = _instance(

@@ -1,6 +1,6 @@
 """How every Poolscope service faces HTTP: the Instance exporter and both bridges.
 
-They share one threat model (issue 9: more than Prometheus may reach them), so they
+They share one threat model (more than Prometheus may reach them), so they
 share one implementation of it rather than three that drift: what one client can hold
 or send is bounded (`HttpLimits`, enforced by `serving`), request bodies are refused
 (no endpoint takes one), an optional bearer token guards all but /healthz (which
@@ -12,16 +12,20 @@ the same on every service and a bad value is refused the same way: one line, exi
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import contextlib
+import fcntl
 import hmac
 import ipaddress
+import itertools
 import logging
 import signal
 import ssl
 import sys
+import termios
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +33,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Histogram
 
 UNAUTHENTICATED = frozenset({"/healthz"})
@@ -85,17 +90,93 @@ class _Busy(asyncio.Protocol):
         transport.close()
 
 
+def _closing(handler: RequestHandler) -> bool:
+    return handler.transport is None or handler.transport.is_closing()
+
+
+def _idle_since(handler: RequestHandler) -> float | None:
+    """A key that is smaller the longer the connection has been idle (its keep-alive
+    deadline); None while a request is on it or it is closing.
+
+    aiohttp does not publish this, so it is read where aiohttp's own keep-alive
+    timer reads it. A connection is idle while it waits for its next request head,
+    or before its first one has arrived; once a request has been parsed, it is
+    busy until aiohttp waits again. Should aiohttp rename these, every connection
+    reads as busy, which is the plain cap of before: over-cap clients get the 503.
+    """
+    if _closing(handler):
+        return None
+    waiter = getattr(handler, "_waiter", None)
+    waiting = waiter is not None and not waiter.done()
+    unstarted = (waiter is None and getattr(handler, "_request_count", 1) == 0
+                 and not getattr(handler, "_messages", True))
+    since = getattr(handler, "_next_keepalive_close_time", None)
+    return since if (waiting or unstarted) and isinstance(since, float) else None
+
+
+def _has_unread_bytes(handler: RequestHandler) -> bool:
+    """Bytes the kernel holds that the loop has not read yet: a request that has
+    arrived but not been parsed. Closing then would reset a client whose request
+    is already on its way, so such a connection is not idle."""
+    transport = handler.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+    except OSError:
+        return False  # a socket that cannot say is broken: closing it is no loss
+    return count[0] > 0
+
+
 class _ConnectionCap:
-    """Protocol factory in front of aiohttp's: at most `limit` live connections."""
+    """Protocol factory in front of aiohttp's: at most `limit` live connections,
+    counted as aiohttp makes them (a loop turn after the accept, so one turn's burst
+    of accepts can pass the cap; the next new connections bring it back).
+
+    A connection keeps its slot only while it does work. At the cap a new one
+    takes the slot of the connection idle longest (a keep-alive between requests,
+    or one that has not sent a whole request head), as nginx reuses its idle
+    keep-alive connections when worker_connections run short: otherwise sockets
+    that send nothing, or a health check every 20 s, hold every slot for the idle
+    timeout and lock out the clients with work. A server may close an idle
+    keep-alive connection at any time; clients retry an idempotent request on a
+    new one. Only when every slot has a request on it is the new connection
+    answered 503.
+    """
 
     def __init__(self, server: web.Server, limit: int) -> None:
         self._server = server
         self._limit = limit
+        # Closing connections whose slot a new one has taken: a connection is
+        # gone a loop turn after it starts closing, so its slot is free now, but
+        # only once, or a burst of new connections would pass the cap.
+        self._handed_over: set[RequestHandler] = set()
 
     def __call__(self) -> asyncio.BaseProtocol:
-        if len(self._server.connections) >= self._limit:
-            return _Busy()
+        connections = self._server.connections
+        self._handed_over.intersection_update(connections)
+        # More than one slot to free when a burst of accepts, all made in the same
+        # loop turn, went past the cap: each new connection then brings it back.
+        excess = len(connections) - len(self._handed_over) - self._limit + 1
+        if excess > 0:
+            freed = list(itertools.islice(self._freeable(connections), excess))
+            if not freed:
+                return _Busy()
+            for handler in freed:
+                if not _closing(handler):
+                    handler.force_close()
+                self._handed_over.add(handler)
         return self._server()
+
+    def _freeable(self, connections: list[RequestHandler]) -> Iterator[RequestHandler]:
+        """Slots to hand over, cheapest first: connections already closing, then
+        idle ones, longest idle first."""
+        yield from (h for h in connections if _closing(h) and h not in self._handed_over)
+        idle = [(since, h) for h in connections if (since := _idle_since(h)) is not None]
+        idle.sort(key=lambda pair: pair[0])
+        yield from (h for _, h in idle if not _has_unread_bytes(h))
 
 
 @asynccontextmanager
@@ -154,19 +235,35 @@ async def no_body(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
+def _raw_header(request: web.Request, name: str) -> bytes:
+    """The header's bytes as sent: aiohttp decodes them as UTF-8 with surrogate
+    escapes, so a value that is not UTF-8 is not an error, only a value."""
+    try:
+        return request.headers.get(name, "").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not from the wire: nothing it could equal
+        return b""
+
+
 def bearer_auth(token: str) -> Middleware:
+    """Only a client with the token keeps its connection: any other answer, /healthz
+    included, comes with `Connection: close`, so an unauthenticated client holds a
+    slot under the connection cap for one request at most."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # constant time: no token oracle
+        authorized = hmac.compare_digest(_raw_header(request, "Authorization"), expected)
         if request.path in UNAUTHENTICATED:
+            response = await handler(request)
+        elif authorized:
             return await handler(request)
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):  # constant time: no token oracle
+        else:
             response = json_error(401, "missing or wrong bearer token")
             response.headers["WWW-Authenticate"] = 'Bearer realm="poolscope"'
-            return response
-        return await handler(request)
+        if not authorized:
+            response.force_close()
+        return response
     return check
 
 
@@ -245,7 +342,8 @@ def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
     p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     limits = limits or HttpLimits()
     p.add_argument("--max-connections", type=int, default=limits.max_connections,
-                   help="open connections at most; more get a 503 and are closed "
+                   help="open connections at most; past it a new one takes the slot of the "
+                        "longest idle, and gets a 503 only when all are busy with a request "
                         f"(default {limits.max_connections})")
     p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
                    help="seconds a connection may sit without a complete request before it "

@@ -10,7 +10,9 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporters.common.argtypes import identifier
 from exporters.common.flags import UsageParser, http_url, sample_interval, seconds
+from exporters.common.identity import ID_RULE
 from exporters.common.web import (
     Listen,
     ServiceConfig,
@@ -30,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog="python -m exporters.instance",
                 description="Poolscope Instance exporter: host, GPU and engine load of one "
                             "LLM engine replica, for Prometheus.")
-    p.add_argument("--instance-id", required=True, help="this Instance's id (label instance_id)")
-    p.add_argument("--proxy-id", required=True, help="the Proxy pool it belongs to (proxy_id)")
+    p.add_argument("--instance-id", required=True, type=identifier,
+                   help=f"this Instance's id (label instance_id; {ID_RULE})")
+    p.add_argument("--proxy-id", required=True, type=identifier,
+                   help=f"the Proxy pool it belongs to (proxy_id; {ID_RULE})")
     p.add_argument("--engine-metrics-url", help="the engine's /metrics URL; without it no "
                                                 "engine series are exported")
     p.add_argument("--engine", default=AUTO, choices=[AUTO, *MAPPINGS],
@@ -76,8 +80,6 @@ class Config:
 def parse(argv: Sequence[str] | None) -> Config:
     """Parse and validate; raises UsageError with a one-line message."""
     a = build_parser().parse_args(argv)
-    if not a.instance_id.strip() or not a.proxy_id.strip():
-        raise UsageError("--instance-id and --proxy-id must not be empty")
     if a.capacity is not None and a.capacity <= 0:
         raise UsageError(f"--capacity: must be a positive integer, got {a.capacity}")
     try:

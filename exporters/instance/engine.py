@@ -1,8 +1,9 @@
 """Engine load, read from the engine's own /metrics endpoint.
 
-Anything short of a clean page with finite, non-negative values fails the whole
-sample: a replica whose numbers cannot be trusted must look unmeasured (series
-absent, collector success 0, a reason), not idle.
+Anything short of a clean page with finite, non-negative values (and a running
+count that is a whole number up to MAX_PLAUSIBLE_RUNNING) fails the whole sample:
+a replica whose numbers cannot be trusted must look unmeasured (series absent,
+collector success 0, a reason), not idle.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from exporters.instance.engines import (
 )
 
 AUTO = "auto"
+
+# Requests one Instance could run at once, far above any engine's batch limit
+# (vLLM's max_num_seqs is in the hundreds): a count past it is a corrupt sample.
+MAX_PLAUSIBLE_RUNNING = 100_000
 
 
 @dataclass(frozen=True)
@@ -115,19 +120,28 @@ def _total(parts: list[tuple[Labels, float]], totals: tuple[str, ...]) -> float:
     return whole[0] if whole else sum(v for _labels, v in parts)
 
 
-def _check(what: str, value: float, ratio: bool) -> None:
-    if not math.isfinite(value) or value < 0 or (ratio and value > 1):
+def plausible_running(value: float) -> bool:
+    """Whether `value` can be a count of running requests. Anything else is a corrupt
+    sample, not load: read as load, it would become a learned capacity no pool fills."""
+    return (math.isfinite(value) and 0 <= value <= MAX_PLAUSIBLE_RUNNING
+            and float(value).is_integer())
+
+
+def _check(what: str, value: float, ratio: bool, running: bool = False) -> None:
+    if (not math.isfinite(value) or value < 0 or (ratio and value > 1)
+            or (running and not plausible_running(value))):
         raise SampleError(ErrorReason.INVALID_VALUE, f"{what} = {value!r}")
 
 
 def _series(found: dict[str, list[tuple[Labels, float]]], series: Series,
-            mapping: EngineMapping, ratio: bool) -> dict[Labels, float] | None:
+            mapping: EngineMapping, ratio: bool,
+            running: bool = False) -> dict[Labels, float] | None:
     picked = _samples(found, series, mapping)
     if picked is None:
         return None
     name, samples = picked
     for _labels, v in samples:
-        _check(name, v, ratio)
+        _check(name, v, ratio, running)
     return _ranks(samples, series, mapping)
 
 
@@ -156,7 +170,7 @@ def _field(found: dict[str, list[tuple[Labels, float]]], attr: str,
     ratio = attr == "kv_cache_usage"
     values: list[float] | None = None
     for series in getattr(mapping, attr):
-        ranks = _series(found, series, mapping, ratio)
+        ranks = _series(found, series, mapping, ratio, running=attr == "running")
         if ranks is not None:
             values = (values or []) + list(ranks.values())
     derived = mapping.derivation(attr)
@@ -177,6 +191,10 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
     if kv is None and all(counts[attr] is None for attr in LOAD_FIELDS
                           if attr != "kv_cache_usage"):
         raise SampleError(ErrorReason.PARSE, f"no {mapping.engine} load metrics on the page")
+    if counts["running"] is not None:
+        # Every rank may be plausible and their sum still not.
+        _check(f"{mapping.engine} running, all ranks", sum(counts["running"]), ratio=False,
+               running=True)
     return EngineSample(
         engine=mapping.engine,
         kv_cache_usage=sum(kv) / len(kv) if kv else None,

@@ -19,10 +19,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from exporters.common.argtypes import identifier
 from exporters.common.flags import UsageParser, http_url, sample_interval, seconds
+from exporters.common.identity import ID_RULE
 from exporters.common.web import (
     ServiceConfig,
-    UsageError,
     add_common_flags,
     command,
     guarded,
@@ -32,7 +33,7 @@ from exporters.common.web import (
 )
 from exporters.proxy.gateway import GatewayExporter, GatewayReader
 from exporters.proxy.gateways import GATEWAYS
-from exporters.proxy.gateways.pool import PROXY_ID_PATTERN, Pools, usable_proxy_id
+from exporters.proxy.gateways.pool import Pools
 
 PROG = "poolscope-proxy-exporter"
 DEFAULT_LISTEN = "127.0.0.1:9202"
@@ -53,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-metrics-url", required=True,
                    help="the gateway's /metrics URL (llmgw: its admin listener)")
     pools = p.add_mutually_exclusive_group(required=True)
-    pools.add_argument("--proxy-id", help="every series of the page is this one pool's")
+    pools.add_argument("--proxy-id", type=identifier,
+                       help=f"every series of the page is this one pool's ({ID_RULE})")
     pools.add_argument("--pool-label", nargs="?", const="",
                        help="the gateway label whose value is the pool's proxy_id "
                             "(default: llmgw `pool`, gie `name`)")
@@ -71,8 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Sequence[str] | None = None) -> Config:
     args = build_parser().parse_args(argv)
     gateway = GATEWAYS[args.gateway]
-    if args.proxy_id is not None and not usable_proxy_id(args.proxy_id):
-        raise UsageError(f"--proxy-id: expected {PROXY_ID_PATTERN}, got {args.proxy_id!r}")
     pools = (Pools(proxy_id=args.proxy_id) if args.proxy_id is not None
              else Pools(label=args.pool_label or gateway.pool_label))
     interval = sample_interval("--sample-interval", args.sample_interval)

@@ -26,9 +26,10 @@ def check(result: Result) -> None:
     assert result.pools_served == result.pools
     # More than one refresh: the cache does expire; no more than one per TTL.
     assert 2 <= result.refreshes <= result.refresh_bound
-    # One query per refresh (one shard), and Prometheus saw exactly what the bridge sent:
-    # the bound holds on the backend, not only in the bridge's own account.
-    assert result.backend_queries == result.refreshes
+    # Two queries per refresh (one shard, and the rollups' timestamps), and Prometheus
+    # saw exactly what the bridge sent: the bound holds on the backend, not only in the
+    # bridge's own account.
+    assert result.backend_queries == 2 * result.refreshes
     assert result.prometheus_queries == result.backend_queries
     assert result.cache_lookups.get("miss") == result.refreshes
 

@@ -177,7 +177,6 @@ class CannedPool(CannedPrometheus):
         if answer is None or self.fail_status is not None or (
                 self.fail_matching is not None and self.fail_matching in promql):
             return await super()._query(request)
-        self.queries.append((promql, request.query.get("time", "")))
-        result = [{"metric": m, "value": [float(request.query["time"]), v]} for m, v in answer]
-        return web.json_response(
-            {"status": "success", "data": {"resultType": "vector", "result": result}})
+        at = request.query.get("time", "")
+        self.queries.append((promql, at))
+        return self.answer(at, [{"metric": m, "value": [float(at), v]} for m, v in answer])

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tests.proxy_bridge.conftest import PID, MakeBridge
-from tests.proxy_bridge.pool_data import CannedPool, Inst, queue_wait, raw_series
+from tests.proxy_bridge.pool_data import (
+    PER_INSTANCE,
+    CannedPool,
+    Inst,
+    queue_wait,
+    raw_series,
+)
 from tests.scheduler_bridge.canned import pool_series
 from tests.scheduler_bridge.conftest import FakeClock
 
@@ -49,6 +55,20 @@ async def test_instance_values_in_the_schema_units(canned: CannedPool, make_brid
     assert inst["idle_since"] == 1699999988
     assert inst["collectors"]["host"] == {"success": True, "reasons": [],
                                           "reasons_over": "lifetime"}
+
+
+async def test_per_instance_figures_are_read_by_name_whatever_tells_them_apart(
+        canned: CannedPool, make_bridge: MakeBridge) -> None:
+    # Prometheus answers the per-Instance query with a `figure` label on each figure
+    # (an `or` ignores `__name__`): the view reads them by name all the same.
+    canned.vector = [*pool_series(PID), *raw_series(PID, [Inst("i-1")])]  # type: ignore[arg-type]
+    canned.vector = [({**m, "figure": m["__name__"]} if m["__name__"] in PER_INSTANCE else m, v)
+                     for m, v in canned.vector]
+    canned.set_local(PID, [Inst("i-1")])
+    (inst,) = (await (await make_bridge(canned.url)).get(LOCAL))["instances"]
+    assert inst["resource_freshness_s"] == 1.25
+    assert inst["network_rx_mbps"] == pytest.approx(10.0)
+    assert inst["network_tx_mbps"] == pytest.approx(2.0)
 
 
 async def test_queues_depth_capacity_age_and_mean_wait(canned: CannedPool,
@@ -129,7 +149,7 @@ async def test_few_queries_at_one_time_whatever_the_pool_size(
         canned: CannedPool, make_bridge: MakeBridge) -> None:
     doc = await _local(canned, make_bridge, [Inst(f"i-{k}") for k in range(12)])
     assert len(doc["instances"]) == 12
-    assert len(canned.queries) == 5  # the rollups + 4 local queries
+    assert len(canned.queries) == 6  # the rollups, their timestamps + 4 local queries
     assert len({at for _, at in canned.queries}) == 1
 
 

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from deploy.demo.cluster import Cluster
+from exporters.common.catalog import HOST_NETWORK_RECEIVE, HOST_NETWORK_TRANSMIT
 from proxy_bridge.app import create_app
 from scheduler_bridge.app import Settings
 from scheduler_bridge.app import create_app as scheduler_app
@@ -28,11 +29,15 @@ POOL = "pool-1"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with demo_cluster(tmp_path_factory.mktemp("demo"), proxies=1, instances=2, rate=4.0) as c:
         prom = Prometheus(c.prometheus_url, c.workdir)
-        # The test reads two seconds back: by then QPS must have two counter samples in
-        # its window, and every rule group (not only the load one) must have run.
+        # The test reads two seconds back: by then QPS must have its window covered,
+        # every rule group (not only the load one) must have run, and each Instance's
+        # network counters (rated one by one in the local view) must have been
+        # scraped for over a minute before that instant.
         for ready in ("proxy_pool:requests:rate1m{pool} offset 2s > 0",
                       "proxy_pool:instances_with_resource:count{pool} offset 2s == 2",
-                      "proxy_pool:resource_freshness_seconds:max{pool} offset 2s"):
+                      "proxy_pool:resource_freshness_seconds:max{pool} offset 2s",
+                      *(f"count(count by (instance_id) ({counter}{{pool}} offset 62s)) == 2"
+                        for counter in (HOST_NETWORK_RECEIVE.name, HOST_NETWORK_TRANSMIT.name))):
             prom.wait_for(ready.format(pool=f'{{proxy_id="{POOL}"}}'), timeout=90)
         yield c
 
@@ -41,7 +46,10 @@ async def test_real_stack(cluster: Cluster, serve: Serve) -> None:
     # Both bridges evaluate at the same instant, two seconds back (as the fixture
     # waited) so every scrape and evaluation is in, even on a busy machine.
     clock = FakeClock(round(time.time() - 2.0, 3))
-    settings = Settings(backends=(cluster.prometheus_url,), cache_ttl_s=3600.0)
+    # A clock held in the past is what the bridges refuse from a backend; here it is
+    # the point, so the skew allowed covers the test's own run time.
+    settings = Settings(backends=(cluster.prometheus_url,), cache_ttl_s=3600.0,
+                        max_clock_skew_s=300.0)
     scheduler = await serve(scheduler_app(settings, registry=CollectorRegistry(), clock=clock))
     proxy = await serve(create_app(POOL, settings, registry=CollectorRegistry(), clock=clock))
 
@@ -60,6 +68,9 @@ async def test_real_stack(cluster: Cluster, serve: Serve) -> None:
         assert 0 <= inst["cpu_percent"] <= 100
         assert 0 < inst["memory_used_ratio"] < 1
         assert inst["resource_freshness_s"] < 15
+        # Computed in the same query as the freshness, yet a figure of their own.
+        for rate in ("network_rx_mbps", "network_tx_mbps"):
+            assert isinstance(inst[rate], float) and inst[rate] >= 0, (rate, inst[rate])
         assert inst["engine"]["source"] == "engine:vllm"
         assert inst["engine"]["kv_cache_usage_ratio"] is not None
         assert inst["capacity"] == {"value": 8, "source": "configured"}

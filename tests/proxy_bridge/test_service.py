@@ -14,7 +14,7 @@ from proxy_bridge.app import create_app
 from proxy_bridge.local_queries import LocalQueries
 from proxy_bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
 from scheduler_bridge.app import Settings
-from scheduler_bridge.queries import snapshot_queries
+from scheduler_bridge.queries import EVALUATED_QUERY, snapshot_queries
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series
@@ -57,16 +57,19 @@ def test_any_text_stays_inside_its_string_literal(value: str) -> None:
 def test_a_valid_id_changes_nothing_but_the_matcher_value(proxy_id: str) -> None:
     """The queries for any valid id are the template's, with only the id substituted."""
     template = [*LocalQueries.for_pool("ID").all(),
-                *(scoped(q, "ID") for q in snapshot_queries(3))]
+                *(scoped(q, "ID") for q in (EVALUATED_QUERY, *snapshot_queries(3)))]
     actual = [*LocalQueries.for_pool(validate_proxy_id(proxy_id)).all(),
-              *(scoped(q, proxy_id) for q in snapshot_queries(3))]
+              *(scoped(q, proxy_id) for q in (EVALUATED_QUERY, *snapshot_queries(3)))]
     for t, a in zip(template, actual, strict=True):
         assert a == t.replace('proxy_id="ID"', f'proxy_id="{proxy_id}"')
 
 
-def test_scoped_refuses_what_is_not_a_bare_selector() -> None:
-    with pytest.raises(ValueError, match="bare label selector"):
-        scoped("sum(proxy_pool:x)", "a")
+def test_scoped_refuses_what_is_not_one_label_selector() -> None:
+    for query in ("sum(proxy_pool:x)", "{a=\"1\"} or {b=\"2\"}", "}{"):
+        with pytest.raises(ValueError, match="one label selector"):
+            scoped(query, "a")
+    assert scoped(EVALUATED_QUERY, "a") == (
+        'max(timestamp({__name__="proxy_pool:data_quality",proxy_id="a"}))')
 
 
 async def test_backend_down_serves_stale_then_503(canned: CannedPool, make_bridge: MakeBridge,

@@ -59,8 +59,9 @@ async def test_only_this_pool_is_ever_queried(canned: CannedPool,
     proxy = await make_bridge(canned.url, query_shards=3)
     await proxy.get("/debug/pool_resource")
     matcher = f'proxy_id="{PID}"'
-    # 3 rollup shards and 4 local queries, at one evaluation time, whatever the pool size.
-    assert len(canned.queries) == 7
+    # 3 rollup shards, their timestamps and 4 local queries, at one evaluation time,
+    # whatever the pool size.
+    assert len(canned.queries) == 8
     assert len({at for _, at in canned.queries}) == 1
     for promql, _ in canned.queries:
         assert re.findall(r'proxy_id="[^"]*"', promql), promql

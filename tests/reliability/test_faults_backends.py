@@ -92,7 +92,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                           pool, launcher)
             launcher.wait()
             for prom in (a, b):
-                prom.wait_for('proxy_pool:requests:rate1m{proxy_id="p-ha"} > 0', timeout=60)
+                prom.wait_for('proxy_pool:requests:rate1m{proxy_id="p-ha"} > 0', timeout=90)
             try:
                 yield stack
             finally:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import json
+import logging
+import re
 import resource
 import socket
 import ssl
@@ -21,13 +24,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from deploy.demo.processes import port_or_free, stop_group
-from exporters.common.web import HttpLimits, UsageError, serving
+from exporters.common.web import HttpLimits, UsageError, guarded, serving
 from exporters.instance.config import parse
 from exporters.instance.server import make_app
 from exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import three_gpus
+from tests.proxy.conftest import until
 from tests.reliability.stack import fetch, self_signed_certificate
 from tests.support.polling import eventually
 from tests.support.prometheus import running_prometheus
@@ -75,6 +80,41 @@ def status_of(line: bytes) -> int:
     return int(line.split()[1])
 
 
+def get_request(path: str, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One whole response off a kept-alive connection: its head and its body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    length = re.search(rb"\r\ncontent-length: *(\d+)", head, re.IGNORECASE)
+    assert length is not None, head
+    return head, await asyncio.wait_for(reader.readexactly(int(length[1])), 10)
+
+
+async def status_or_0(address: ADDRESS, request: bytes) -> int:
+    """The answer's status; 0 for a connection closed or reset without one."""
+    try:
+        line = await exchange(address, request)
+    except ConnectionError:
+        return 0
+    return status_of(line) if line else 0
+
+
+async def until_answered(address: ADDRESS, request: bytes, expected: int,
+                         limit_s: float = 10.0) -> int:
+    """Ask on a new connection each time until the answer is `expected`; the last
+    status seen. The limit only guards against hangs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while (status := await status_or_0(address, request)) != expected:
+        if loop.time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    return status
+
+
 # --- request size ------------------------------------------------------------
 
 @pytest.mark.parametrize("request_bytes", [
@@ -103,21 +143,104 @@ async def test_exporter_refuses_oversized_request_heads(request_bytes: bytes) ->
 
 # --- connections -------------------------------------------------------------
 
-async def test_exporter_answers_503_past_its_connection_cap_then_recovers() -> None:
-    async with exporter_at(HttpLimits(max_connections=4)) as address:
+async def test_a_cap_held_by_requests_in_progress_answers_503_then_recovers() -> None:
+    release = asyncio.Event()
+    in_progress = 0
+
+    async def slow(_: web.Request) -> web.Response:
+        nonlocal in_progress
+        in_progress += 1
+        await release.wait()
+        return web.json_response({})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application(middlewares=guarded(None))
+    app.router.add_get("/slow", slow)
+    app.router.add_get("/healthz", healthz)
+    async with serving(app, "127.0.0.1", 0, limits=HttpLimits(max_connections=4)) as address:
         held = [await asyncio.open_connection(*address) for _ in range(4)]
-        await asyncio.sleep(0.1)  # let the server register them
-        over = await exchange(address, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status_of(over) == 503
+        for _, writer in held:
+            writer.write(get_request("/slow"))
+        await until(lambda: in_progress, lambda n: n == 4, "4 requests in progress")
+        # No slot is idle, so none can be given up: the new connection is refused.
+        assert status_of(await exchange(address, get_request("/healthz"))) == 503
+        release.set()
+        for reader, _ in held:
+            assert status_of(await asyncio.wait_for(reader.readline(), 10)) == 200
         for _, writer in held:
             writer.close()
-        deadline = asyncio.get_running_loop().time() + 10
+        status = await until_answered(address, get_request("/healthz"), 200)
+    assert status == 200
+
+
+async def test_idle_keep_alive_connections_give_up_their_slots_longest_idle_first() -> None:
+    async with exporter_at(HttpLimits(max_connections=4)) as address:
+        async def kept_alive() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            reader, writer = await asyncio.open_connection(*address)
+            writer.write(get_request("/healthz"))
+            head, _ = await read_response(reader)
+            assert status_of(head.split(b"\r\n")[0]) == 200
+            return reader, writer
+
+        old = [await kept_alive() for _ in range(4)]  # the cap, every one idle
+        new = [await kept_alive() for _ in range(3)]  # each evicts the longest idle
+        # The three that were idle longest were closed; the fourth is still served.
+        assert [await asyncio.wait_for(reader.read(), 10) for reader, _ in old[:3]] == [b""] * 3
+        reader, writer = old[3]
+        writer.write(get_request("/healthz"))
+        assert (await read_response(reader))[0].startswith(b"HTTP/1.1 200 ")
+        for _, writer in old + new:
+            writer.close()
+
+
+class Flood:
+    """Sockets that hold a connection each and never authenticate: some silent,
+    some sending an unauthenticated /healthz, every one reconnecting as soon as
+    the server lets it go (a 503, an eviction, or `Connection: close`)."""
+
+    def __init__(self, address: ADDRESS, sockets: int) -> None:
+        self.address = address
+        self.connects = 0
+        self.tasks = [asyncio.create_task(self._hold(i % 2 == 1)) for i in range(sockets)]
+
+    async def _hold(self, probe: bool) -> None:
         while True:
-            line = await exchange(address, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            if status_of(line) == 200 or asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.05)
-    assert status_of(line) == 200
+            try:
+                reader, writer = await asyncio.open_connection(*self.address)
+            except OSError:
+                continue
+            self.connects += 1
+            try:
+                if probe:
+                    writer.write(get_request("/healthz"))
+                await reader.read()  # whatever comes, until the server hangs up
+            except OSError:
+                pass
+            finally:
+                writer.close()
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def test_an_idle_unauthenticated_flood_past_the_cap_does_not_lock_out_a_client() -> None:
+    cap, flood_size, requests = 16, 64, 50
+    async with exporter_at(HttpLimits(max_connections=cap), token=TOKEN) as address:
+        flood = Flood(address, flood_size)
+        try:
+            before = await until(lambda: flood.connects, lambda n: n >= flood_size,
+                                 "every flood socket connected")
+            statuses = [await status_or_0(address, get_request("/metrics", TOKEN))
+                        for _ in range(requests)]
+            during = flood.connects - before
+        finally:
+            await flood.stop()
+    assert statuses.count(200) >= 0.95 * requests, statuses
+    assert during > flood_size  # the flood kept coming while the client was served
 
 
 async def test_exporter_closes_slowloris_connections_and_keeps_serving() -> None:
@@ -238,6 +361,41 @@ async def test_exporter_token_guards_everything_but_healthz() -> None:
             assert await get(path, f"Basic {TOKEN}") == 401
             assert await get(path, f"Bearer {TOKEN}x") == 401
             assert await get(path, f"Bearer {TOKEN}") == 200
+
+
+async def test_an_unauthenticated_connection_is_not_kept_alive() -> None:
+    async with exporter_at(HttpLimits(), token=TOKEN) as address:
+        for request in (get_request("/metrics"), get_request("/metrics", "wrong"),
+                        get_request("/healthz")):
+            reader, writer = await asyncio.open_connection(*address)
+            writer.write(request)
+            head, _ = await read_response(reader)
+            assert b"\r\nConnection: close\r\n" in head, head
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # the server hung up
+            writer.close()
+        # With the token, the same connection serves the next request too.
+        reader, writer = await asyncio.open_connection(*address)
+        heads = []
+        for path in ("/healthz", "/metrics"):
+            writer.write(get_request(path, TOKEN))
+            heads.append((await read_response(reader))[0])
+        writer.close()
+    assert all(h.startswith(b"HTTP/1.1 200 ") and b"Connection: close" not in h
+               for h in heads), heads
+
+
+async def test_a_token_that_is_not_utf8_is_a_wrong_token(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with exporter_at(HttpLimits(), token=TOKEN) as address:
+        reader, writer = await asyncio.open_connection(*address)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe"
+                     b"\r\n\r\n")
+        head, body = await read_response(reader)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 401 "), head
+    assert json.loads(body)["error"] == "missing or wrong bearer token"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 @pytest.mark.parametrize("flags, complaint", [

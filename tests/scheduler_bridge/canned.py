@@ -1,13 +1,18 @@
 """A canned Prometheus: /api/v1/query answers with vectors the test sets, written as
 compactly as Prometheus writes them, and records every query, evaluation time and
 Accept-Encoding it was asked with, so tests can assert on what the bridge sent as well
-as on what it served."""
+as on what it served.
+
+Its clock is the time it is asked about (its `Date` header says so) moved by `skew_s`,
+and its rules wrote every rollup `rollups_age_s` before that time: the bridge's
+question for the rollups' timestamps is answered from those two."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any
 
 import orjson
@@ -16,6 +21,7 @@ from aiohttp.test_utils import TestServer
 
 from bench.rollup_target import Series, series
 from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
+from scheduler_bridge.queries import EVALUATED_QUERY
 
 __all__ = ["CannedPrometheus", "Series", "pool_series", "series"]
 
@@ -54,7 +60,14 @@ class CannedPrometheus:
     fail_status: int | None = None  # answer every query with this API error
     fail_matching: str | None = None  # ... or only queries containing this text
     gate: asyncio.Event | None = None  # hold answers until set
+    skew_s: float = 0.0  # how far this Prometheus' clock is ahead of the time asked
+    rollups_age_s: float = 0.0  # how long before the time asked the rules last ran
     server: TestServer | None = None
+
+    @property
+    def rollup_queries(self) -> list[tuple[str, str]]:
+        """The queries for rollups, without the one for their timestamps."""
+        return [(q, at) for q, at in self.queries if q != EVALUATED_QUERY]
 
     @property
     def url(self) -> str:
@@ -87,6 +100,14 @@ class CannedPrometheus:
         result: list[dict[str, Any]] = [
             {"metric": metric, "value": [float(at), value]} for metric, value in self.vector
             if _selects(promql, metric)]
+        if promql.startswith("max(timestamp("):
+            result = [{"metric": {}, "value": [float(at), f"{float(at) - self.rollups_age_s:.3f}"]}
+                      ][:len(result)]
+        return self.answer(at, result)
+
+    def answer(self, at: str, result: list[dict[str, Any]]) -> web.Response:
+        """A vector answer to a query about `at`, dated by this Prometheus' clock."""
         body = orjson.dumps(
             {"status": "success", "data": {"resultType": "vector", "result": result}})
-        return web.Response(body=body, content_type="application/json")
+        return web.Response(body=body, content_type="application/json",
+                            headers={"Date": formatdate(float(at) + self.skew_s, usegmt=True)})

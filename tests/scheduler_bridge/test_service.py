@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from scheduler_bridge.app import CACHE
 from scheduler_bridge.cache import RETIRE_AFTER_S
 from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
-from scheduler_bridge.queries import SNAPSHOT_QUERY
+from scheduler_bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
 from scheduler_bridge.schema import pool_summary_schema
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, pool_series, series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
@@ -27,9 +27,12 @@ VALIDATOR = Draft202012Validator(pool_summary_schema())
 
 
 def assert_only_rollups(prom: CannedPrometheus) -> None:
-    assert prom.queries, "the bridge sent no query"
-    for promql, _ in prom.queries:
+    assert prom.rollup_queries, "the bridge sent no query"
+    for promql, _ in prom.rollup_queries:
         assert ONLY_ROLLUPS.fullmatch(promql), promql
+    # ... and with each refresh, once, when the rules wrote them.
+    assert [at for q, at in prom.queries if q == EVALUATED_QUERY] == sorted(
+        {at for _, at in prom.rollup_queries})
 
 
 async def get_json(bridge: Bridge, path: str, status: int = 200) -> dict:
@@ -52,7 +55,7 @@ async def test_every_pool_valid_at_one_evaluation_time(canned: CannedPrometheus,
     for pool in doc["pools"].values():
         VALIDATOR.validate(pool)
         assert pool["generated_at"] == doc["generated_at"]
-    assert canned.queries == [(SNAPSHOT_QUERY, f"{clock.now:.3f}")]
+    assert canned.rollup_queries == [(SNAPSHOT_QUERY, f"{clock.now:.3f}")]
     assert_only_rollups(canned)
 
 
@@ -66,9 +69,9 @@ async def test_each_refresh_is_one_query_at_its_own_time(canned: CannedPrometheu
         clock.now += 0.5
         doc = await get_json(bridge, path)
         seen.append(doc.get("generated_at"))
-    assert [at for _, at in canned.queries] == [
+    assert [at for _, at in canned.rollup_queries] == [
         f"{clock.now - 0.5 * k:.3f}" for k in (3, 2, 1, 0)]
-    assert seen[:3] == [float(at) for _, at in canned.queries[:3]]
+    assert seen[:3] == [float(at) for _, at in canned.rollup_queries[:3]]
     assert_only_rollups(canned)
 
 
@@ -107,7 +110,7 @@ async def test_the_bridge_asks_prometheus_for_an_uncompressed_answer(
     canned.vector = pool_series("a")
     bridge = await make_bridge(canned.url, query_shards=2)
     await get_json(bridge, POOLS)
-    assert canned.accept_encodings == ["identity", "identity"]
+    assert canned.accept_encodings == ["identity"] * 3  # two shards, their timestamps
 
 
 async def test_the_bridge_asks_to_be_answered_at_the_time_it_names(
@@ -117,7 +120,7 @@ async def test_the_bridge_asks_to_be_answered_at_the_time_it_names(
     canned.vector = pool_series("a")
     bridge = await make_bridge(canned.url, query_shards=2)
     await get_json(bridge, POOLS)
-    assert canned.nocache == ["1", "1"]
+    assert canned.nocache == ["1"] * 3
 
 
 async def test_refreshes_with_other_values_serve_what_a_fresh_bridge_serves(
@@ -191,7 +194,7 @@ async def test_ha_pair_fails_over_in_order(canned: CannedPrometheus,
         # which member of the pair gave it.
         assert broken.queries == canned.queries
         assert bridge.metric("poolscope_scheduler_bridge_backend_query_errors_total",
-                             backend=broken.url, cause="api_error") == 1
+                             backend=broken.url, cause="api_error") == 2
     finally:
         await broken.close()
 
@@ -268,7 +271,7 @@ async def test_concurrent_requests_share_one_refresh(canned: CannedPrometheus,
     canned.gate.set()
     responses = await asyncio.gather(*requests)
     bodies = [await r.json() for r in responses]
-    assert len(canned.queries) == 1
+    assert len(canned.rollup_queries) == 1
     assert {b["generated_at"] for b in bodies} == {bodies[0]["generated_at"]}
     assert bridge.metric("poolscope_scheduler_bridge_cache_requests_total",
                          result="miss") == 1
@@ -334,7 +337,7 @@ async def test_metrics_are_labelled_by_route_template(canned: CannedPrometheus,
     # "a" refreshed; "b" and the list were served from it; "c\"" never got that far.
     assert bridge.metric("poolscope_scheduler_bridge_cache_requests_total", result="hit") == 2
     assert bridge.metric("poolscope_scheduler_bridge_backend_query_duration_seconds_count",
-                         backend=canned.url) == 1
+                         backend=canned.url) == 2  # one refresh: the rollups, their timestamps
     assert bridge.metric("poolscope_scheduler_bridge_snapshot_pools") == 1
 
 
@@ -348,7 +351,7 @@ async def test_shards_read_the_same_snapshot_at_one_time(canned: CannedPrometheu
     sharded = await get_json(await make_bridge(canned.url, query_shards=4), POOLS)
     assert sharded == single
     assert sorted(sharded["pools"]) == ["a", "b", "c"]
-    assert len(canned.queries) == 4
+    assert len(canned.rollup_queries) == 4
     assert {at for _, at in canned.queries} == {f"{clock.now:.3f}"}
     assert_only_rollups(canned)
 

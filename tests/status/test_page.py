@@ -49,7 +49,7 @@ async def test_the_page_uses_the_cached_snapshot_not_a_query_of_its_own(
     assert (await bridge.http.get("/debug/proxy_pool_resources")).status == 200
     for _ in range(3):
         assert (await bridge.http.get("/status")).status == 200
-    assert len(bridge.prometheus.queries) == 1
+    assert len(bridge.prometheus.rollup_queries) == 1
 
 
 async def test_hostile_labels_are_text_not_markup(make_bridge: MakeBridge) -> None:

@@ -11,28 +11,19 @@ field the gateway does not measure is None and its series absent, never 0.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.common.health import ErrorReason
+from exporters.common.identity import valid_id
 from exporters.common.sampling import SampleError
 
 # One sample of the page: its labels and value.
 Sample = tuple[Mapping[str, str], float]
 # Every sample of the page by metric name (counters under their `_total` name).
 Page = dict[str, list[Sample]]
-
-PROXY_ID_PATTERN = r"[A-Za-z0-9._:-]{1,128}"
-_POOL_ID = re.compile(PROXY_ID_PATTERN)
-
-
-def usable_proxy_id(value: str) -> bool:
-    """A value the adapter will publish as `proxy_id`: short, printable, no quoting."""
-    return _POOL_ID.fullmatch(value) is not None
-
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -79,7 +70,7 @@ class Pools:
             return self.proxy_id
         assert self.label is not None
         pool = labels.get(self.label, "")
-        if not usable_proxy_id(pool):
+        if not valid_id(pool):
             raise SampleError(ErrorReason.INVALID_VALUE,
                               f"pool label {self.label}={pool[:80]!r} is not a usable proxy_id")
         return pool
