@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from scheduler_bridge.app import PROXY_ID, Settings, create_app
+from exporters.common.identity import valid_id
+from scheduler_bridge.app import Settings, create_app
 from scheduler_bridge.queries import EVALUATED_QUERY, snapshot_queries
 from tests.reliability.stack import ThreadedLoop
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
@@ -98,7 +99,7 @@ def test_any_proxy_id_is_200_404_or_400_and_never_reaches_promql(bridge: Bridge,
     status, body = bridge.get(f"/v1/pool_resources/{quote(proxy_id)}")
     if "/" in proxy_id or proxy_id in (".", ".."):
         assert 400 <= status < 500  # another route, or none: still a client error
-    elif not PROXY_ID.fullmatch(proxy_id):
+    elif not valid_id(proxy_id):
         assert status == 400 and "invalid proxy_id" in json.loads(body)["error"]
     else:
         assert status == (200 if proxy_id == "pool-1" else 404), (status, body)
