@@ -171,7 +171,10 @@ async def run(clients: int, duration_s: float, pools: int, cache_ttl_s: float,
               max_requests: int, workdir: Path) -> Result:
     async with prometheus_with_rollups(pools, workdir) as prom, \
             bridge_process(prom.url, "--cache-ttl", f"{cache_ttl_s:g}", "--max-connections",
-                           str(clients + SPARE_CONNECTIONS)) as bridge, \
+                           str(clients + SPARE_CONNECTIONS),
+                           # every refresh is waited for: this counts refreshes and
+                           # fresh answers, not how a late one is served
+                           "--answer-within", "30") as bridge, \
             aiohttp.ClientSession() as session:
         prom_before = counter_sum(await _text(session, f"{prom.url}/metrics"),
                                   PROMETHEUS_REQUESTS, handler=QUERY_HANDLER)

@@ -46,10 +46,10 @@ def add_bridge_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query-shards", type=positive_int, default=1, metavar="N",
                    help="split the snapshot query by rollup name into N concurrent queries "
                         "at the same evaluation time (parse overlaps evaluation)")
-    p.add_argument("--fresh-for", type=non_negative_float, default=Settings.fresh_for_s,
+    p.add_argument("--fresh-for", type=positive_float, default=Settings.fresh_for_s,
                    metavar="S", help="rollups the rules wrote longer ago than this are "
                                      "served marked stale (default %(default)g)")
-    p.add_argument("--answer-within", type=non_negative_float, default=Settings.answer_within_s,
+    p.add_argument("--answer-within", type=positive_float, default=Settings.answer_within_s,
                    metavar="S", help="a request waits this long for a refresh in flight, "
                                      "then gets the last snapshot marked stale "
                                      "(default %(default)g)")

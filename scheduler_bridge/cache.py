@@ -125,10 +125,14 @@ class SnapshotCache:
         measured_at = good.generated_at if good.rollups_at is None else good.rollups_at
         age = max(0.0, self._clock() - measured_at)
         if age > self._stale_after:
-            reason = ("no snapshot younger than --stale-after: every backend failed"
-                      if self._failure else
-                      f"the rollups were written {age:.1f} s ago, over --stale-after: "
-                      "Prometheus answers, but its rules have not run since")
+            if self._failure:
+                reason = "no snapshot younger than --stale-after: every backend failed"
+            elif late:
+                reason = ("no snapshot younger than --stale-after, and the refresh in "
+                          "flight has not been answered within --answer-within")
+            else:
+                reason = (f"the rollups were written {age:.1f} s ago, over --stale-after: "
+                          "Prometheus answers, but its rules have not run since")
             raise Unavailable(reason, errors, age)
         stale = (late or self._failure is not None or good.rollups_at is None
                  or age > self._fresh_for)

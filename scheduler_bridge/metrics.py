@@ -35,8 +35,8 @@ class BridgeMetrics:
         self.cache = PromCounter(
             "cache_requests_total",
             "Snapshot lookups: hit (cached, within TTL), shared (joined a refresh in flight), "
-            "miss (started a refresh), late (served the last snapshot, stale, while a "
-            "refresh ran past --answer-within).", ["result"], namespace=namespace,
+            "miss (started a refresh); late counts those of them served the last snapshot, "
+            "stale, while the refresh ran past --answer-within.", ["result"], namespace=namespace,
             registry=registry)
         self.refreshes = PromCounter(
             "refreshes_total", "Snapshot refreshes, by outcome.", ["outcome"],

@@ -161,12 +161,11 @@ class PrometheusAPI:
         return self._read(url, name, promql, status, body)
 
     async def _body(self, name: str, resp: aiohttp.ClientResponse) -> bytes:
-        """The body, refused once it passes the bound: no answer can exhaust memory."""
+        """The body, refused once it passes the bound: no answer can exhaust memory.
+        Counted as it is decompressed: a backend may compress whatever was asked."""
         limit = self._max_bytes
-        if resp.content_length is not None:
-            if resp.content_length > limit:
-                raise _too_large(name, limit)
-            return await resp.read()
+        if resp.content_length is not None and resp.content_length > limit:
+            raise _too_large(name, limit)
         body = bytearray()
         async for chunk in resp.content.iter_any():
             body += chunk

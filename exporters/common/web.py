@@ -268,9 +268,10 @@ def bearer_auth(token: str) -> Middleware:
 
 
 def guarded(auth_token: str | None) -> list[Middleware]:
-    """The middlewares every service runs, outermost first: JSON errors, no bodies,
-    and the bearer token when one is configured."""
-    return [json_errors, no_body, *([bearer_auth(auth_token)] if auth_token else [])]
+    """The middlewares every service runs, outermost first: JSON errors, the bearer
+    token when one is configured (first, so that every answer to a client without
+    it closes the connection), no bodies."""
+    return [json_errors, *([bearer_auth(auth_token)] if auth_token else []), no_body]
 
 
 def timing(histogram: Histogram) -> Middleware:

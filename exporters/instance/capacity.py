@@ -106,6 +106,9 @@ class Capacity:
     def _restarted(self, sample: EngineSample) -> bool:
         """A counter lower than in the last sample: only a new engine process counts down."""
         counters = (sample.request_success, sample.prompt_tokens, sample.generation_tokens)
-        previous, self._counters = self._counters, counters
+        previous = self._counters
+        # A counter missing from one page keeps its last value: 500, absent, 4 restarted.
+        self._counters = tuple(old if new is None else new
+                               for old, new in zip(previous, counters, strict=True))
         return any(old is not None and new is not None and new < old
                    for old, new in zip(previous, counters, strict=True))

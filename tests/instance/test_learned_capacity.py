@@ -138,3 +138,7 @@ def test_an_engine_restart_empties_the_window() -> None:
     assert capacity.current() == (2, "learned")
     capacity.observe(sample(1, request_success=None))  # a counter not read is no restart
     assert capacity.current() == (2, "learned")
+    capacity.observe(sample(3, request_success=5))  # ... nor does it hide the next one
+    capacity.observe(sample(1, request_success=None))
+    capacity.observe(sample(1, request_success=2))
+    assert capacity.current() == (1, "learned")

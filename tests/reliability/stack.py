@@ -173,7 +173,10 @@ class Launcher:
         urls = [a for b in backends for a in ("--prometheus-url", b)]
         child = self.group.start_python(
             name, "scheduler_bridge", *urls, "--listen", f"127.0.0.1:{port}",
-            "--cache-ttl", "0.5", "--query-timeout", "1", "--log-level", "WARNING", *extra)
+            "--cache-ttl", "0.5", "--query-timeout", "1", "--log-level", "WARNING",
+            # a refresh slowed by a loaded box is waited for (a failover takes up to the
+            # query timeout per backend); serving a late one stale is tested on its own
+            "--answer-within", "10", *extra)
         url = f"http://127.0.0.1:{port}"
         self._pending.append((f"{url}/healthz", child))
         return url

@@ -365,8 +365,10 @@ async def test_exporter_token_guards_everything_but_healthz() -> None:
 
 async def test_an_unauthenticated_connection_is_not_kept_alive() -> None:
     async with exporter_at(HttpLimits(), token=TOKEN) as address:
+        with_body = (b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody"
+                     b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # refused first
         for request in (get_request("/metrics"), get_request("/metrics", "wrong"),
-                        get_request("/healthz")):
+                        get_request("/healthz"), with_body):
             reader, writer = await asyncio.open_connection(*address)
             writer.write(request)
             head, _ = await read_response(reader)

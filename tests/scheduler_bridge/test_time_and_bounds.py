@@ -7,6 +7,7 @@ the canned Prometheus plays the backend so the clocks can be set by hand."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from email.utils import formatdate
@@ -151,6 +152,37 @@ async def test_a_hung_backend_gets_the_last_snapshot_at_once(
             await asyncio.sleep(0.01)  # until the refresh in flight completes
     assert after["generated_at"] == clock.now
     assert len(canned.queries) == queried  # the hung refresh was the one that answered
+
+
+async def test_a_refresh_hung_past_stale_after_says_so(
+        canned: CannedPrometheus, make_bridge: MakeBridge, clock: FakeClock) -> None:
+    canned.vector = pool_series("a")
+    bridge = await make_bridge(canned.url, cache_ttl_s=1.0, query_timeout_s=NEVER_S,
+                               answer_within_s=0.05, stale_after_s=30.0)
+    await get(bridge, POOLS, 200)
+    canned.gate = asyncio.Event()
+    clock.now += 40
+    gone = await get(bridge, POOLS, 503)
+    assert "not been answered within --answer-within" in gone["error"]
+    canned.gate.set()
+
+
+async def test_a_compressed_answer_is_bounded_as_it_inflates(
+        make_bridge: MakeBridge) -> None:
+    """A backend may gzip whatever the bridge asked for: the bound is on what it reads."""
+    padding = b" " * 4_000_000
+    body = gzip.compress(b'{"status":"success","data":{"resultType":"vector","result":[]}'
+                         + padding + b"}")
+
+    async def query(request: web.Request) -> web.Response:
+        return web.Response(body=body, headers={"Content-Encoding": "gzip",
+                                                "Content-Type": "application/json"})
+
+    async with backend(query) as url:
+        bridge = await make_bridge(url, max_answer_bytes=1_000_000)
+        doc = await get(bridge, POOLS, 503)
+    assert len(body) < 1_000_000
+    assert [e["cause"] for e in doc["backends"]] == ["too_large"]
 
 
 async def test_an_answer_over_the_bound_fails_its_refresh_by_name(
