@@ -17,18 +17,28 @@ DEMO_ARGS ?=
 demo: setup
 	$(PY) -m deploy.demo.cluster $(DEMO_ARGS)
 
+# Four workers, one test file each at a time: most of the suite waits on real servers
+# (a rate exists a minute after Prometheus starts), so the waits overlap.
 test: setup llama-server
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 4 --dist loadfile
 
 lint: venv
 	$(PY) -m ruff check .
 
-# Files rendered from the code: run after changing rules/, fields.py or the catalog
-# (tests fail when the committed copies drift).
+# The fast tests, on the venv alone: no Prometheus or its tools, no Chromium, no
+# llama.cpp, no exporter processes (tests/conftest.py marks those `integration`).
+.PHONY: unit
+unit: venv
+	$(PY) -m pytest -q -m "not integration"
+
+# Files rendered from the code: run after changing rules/src/, the thresholds, fields.py
+# or the catalog (tests fail when the committed copies drift).
 generate: venv
+	$(PY) -m rules.render
 	$(PY) -m deploy.kubernetes.generate
-	$(PY) -m scheduler_bridge.audit --write docs/metrics.md
+	$(PY) -m poolscope.bridge.contract --write bridge/schema/pool_summary.schema.json scheduler_bridge/client_fields.py
+	$(PY) -m poolscope.bridge.audit --write docs/metrics.md
 	$(PY) -m dashboards
 
 bench: setup

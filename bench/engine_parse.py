@@ -22,21 +22,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from bench.checkouts import import_root, module_name
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "engines"
 ROUNDS = 5
 
 
 def load_engine(root: Path) -> ModuleType:
-    """`exporters.instance.engine` as the checkout at `root` has it."""
-    for name in [m for m in sys.modules if m == "exporters" or m.startswith("exporters.")]:
+    """The Instance exporter's engine module as the checkout at `root` has it."""
+    for name in [m for m in sys.modules if m.split(".")[0] in ("poolscope", "exporters")]:
         del sys.modules[name]
-    sys.path.insert(0, str(root))
+    sys.path.insert(0, str(import_root(root)))
     try:
-        module = importlib.import_module("exporters.instance.engine")
+        module = importlib.import_module(module_name(root, "exporters.instance.engine"))
     finally:
-        sys.path.remove(str(root))
-    if not Path(module.__file__ or "").is_relative_to(root):
+        sys.path.pop(0)
+    if not Path(module.__file__ or "").resolve().is_relative_to(root.resolve()):
         raise RuntimeError(f"imported {module.__file__}, not from {root}")
     return module
 

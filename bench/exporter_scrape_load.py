@@ -71,10 +71,10 @@ class Exporter:
 
 @contextmanager
 def exporter_process(engine_url: str, name: str) -> Iterator[Exporter]:
-    """`python -m exporters.instance` on a free loopback port, as deployed."""
+    """`python -m poolscope.exporters.instance` on a free loopback port, as deployed."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporters.instance", "--instance-id", name, "--proxy-id",
+        [sys.executable, "-m", "poolscope.exporters.instance", "--instance-id", name, "--proxy-id",
          "bench", "--listen", f"127.0.0.1:{port}", "--engine-metrics-url", engine_url,
          "--sample-interval", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

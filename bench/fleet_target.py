@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from exporters.common import catalog
-from exporters.common.catalog import Family
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.catalog import Family
 
 # Label values for every non-identity label the catalog uses. GPU labels are
 # expanded together (one GPU has one uuid and one model); a family with a

@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             port = free_port()
             targets.append(start(
-                [sys.executable, "-m", "exporters.instance", "--instance-id", "bench-0",
+                [sys.executable, "-m", "poolscope.exporters.instance", "--instance-id", "bench-0",
                  "--proxy-id", "bench", "--listen", f"127.0.0.1:{port}",
                  "--engine-metrics-url", engine_url, "--sample-interval", "1"],
                 "poolscope", port, "/healthz"))

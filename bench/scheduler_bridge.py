@@ -1,22 +1,29 @@
-"""What the Scheduler bridge costs on top of the one query it makes.
+"""What the Scheduler bridge's refresh costs on top of the one query it makes.
 
 `python -m bench.scheduler_bridge --pools 10,100,1000`: for each pool count, a real
-Prometheus scrapes a target serving every `proxy_pool:*` rollup of N pools; the
-bridge runs as its own process with the cache disabled (--cache-ttl 0, so every
-request is a full refresh); requests alternate between the bridge's
-/debug/proxy_pool_resources and one raw /api/v1/query for the same selector,
-evaluated at "now" to the millisecond like the bridge's. Like for like: one client
-session with kept-alive connections and identity encoding, the whole body read on
-both sides (the bridge reads Prometheus' the same way). Target: bridge <= 1.25x the
-raw query at 1,000 pools. The rollups' label sets stay the same from scrape to scrape,
-as recording rules' do, so after its first answer the bridge reads only the values of
-each answer (scheduler_bridge/vector_layout.py); nothing is kept by value, so the
-constant values served here cost it what changing ones would. The bridge's CPU time
-per request is reported too: on a shared box it moves far less than response times.
+Prometheus scrapes a target serving every `proxy_pool:*` rollup of N pools every
+--evaluation-interval seconds, so the rollups move as the rules would move them; the
+bridge runs as its own process, as deployed, told that interval. After each move,
+in one window and in an order rotated from one move to the next: one raw
+/api/v1/query for the same selector, evaluated at "now" to the millisecond like the
+bridge's, and one request to each bridge's /debug/proxy_pool_resources, which finds
+the rollups moved (a probe) and reads every pool (a full read). Like for like: one
+client session with kept-alive connections and identity encoding, the whole body
+read on both sides (the bridge reads Prometheus' the same way). Target: the
+bridge's refresh within 1.5x the raw query at 1,000 pools.
 
-A second bridge process with --cache-ttl 1 is then polled every --poll-interval
-seconds: what a Scheduler polling faster than the TTL sees (mostly cache hits, a
-refresh once per TTL). It is a separate, labelled row, never the cache-off number.
+Side by side with it, in the same windows: the same bridge with every answer parsed
+in full (bench/parsed_in_full.py: what keeping the last answer's label sets,
+bridge/vector_layout.py, is worth), and with --baseline DIR the bridge of
+another source tree (e.g. an earlier commit, `git archive`d), for a before and after.
+The rollups' label sets stay the same from scrape to scrape, as recording rules'
+do; nothing is kept by value, so the constant values served here cost it what
+changing ones would. The bridges' CPU time per refresh is reported too: on a shared
+box it moves far less than response times.
+
+The first bridge is then polled every --poll-interval seconds: what a Scheduler
+polling sees (mostly answers from memory; a probe at most once per TTL once the
+rules are due; a full read once per evaluation). It is a separate, labelled row.
 """
 
 from __future__ import annotations
@@ -28,17 +35,18 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import psutil
 
+from bench.checkouts import import_root, module_name
 from bench.rollup_target import Series, rollup_target, series
 from bench.teardown import unwind_on_sigterm
-from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
-from scheduler_bridge.queries import SNAPSHOT_QUERY
+from poolscope.bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
+from poolscope.bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
 from tests.support.prometheus import (
     REPO,
     free_port,
@@ -48,7 +56,10 @@ from tests.support.prometheus import (
 )
 
 ROUTE = "/debug/proxy_pool_resources"
-WARM_UP = 3  # requests of each kind not measured
+WARM_UP = 2  # moves of the rollups not measured
+# The bench asks each bridge once per move, seconds apart: this TTL never hides one.
+PROBE_EVERY_S = "0.1"
+FULL_READS = "poolscope_scheduler_bridge_refreshes_total"
 
 
 def fleet(pools: int) -> list[Series]:
@@ -70,16 +81,33 @@ def fleet(pools: int) -> list[Series]:
     return out
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One bridge process: how it is started, and how it is called in the table."""
+
+    label: str
+    command: tuple[str, ...]  # after the interpreter
+    cwd: Path = REPO
+    flags: tuple[str, ...] = ()
+
+
+@dataclass
+class Measured:
+    label: str
+    times: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0  # the process' CPU over the measured requests
+    body_bytes: int = 0
+    full_reads: float = 0.0  # what its own refreshes_total counted, warm-up included
+
+
 @dataclass
 class Row:
     pools: int
     series: int
-    raw: list[float]
-    bridge: list[float]
+    raw: Measured
+    bridges: list[Measured]
     cached: list[float]
-    raw_bytes: int
-    bridge_bytes: int
-    bridge_cpu: float  # the bridge process' CPU seconds per cache-off request
+    poll_interval_s: float
 
 
 def p99(xs: Sequence[float]) -> float:
@@ -88,30 +116,32 @@ def p99(xs: Sequence[float]) -> float:
 
 
 async def _timed_get(session: aiohttp.ClientSession, url: str,
-                     params: dict[str, str] | None = None) -> tuple[float, int]:
+                     params: dict[str, str] | None = None) -> tuple[float, bytes]:
     started = time.perf_counter()
     async with session.get(url, params=params) as resp:
         body = await resp.read()
         if resp.status != 200:
             raise RuntimeError(f"{url}: HTTP {resp.status}: {body[:300]!r}")
-    return time.perf_counter() - started, len(body)
+    return time.perf_counter() - started, body
 
 
 @asynccontextmanager
 async def bridge_process(prom_url: str, *flags: str) -> AsyncIterator[str]:
     """The bridge as its own process, as deployed, with `flags`; yields its base URL."""
-    async with _bridge(prom_url, *flags) as (url, _):
+    bridge = Variant("bridge", ("-m", "poolscope.scheduler_bridge"), flags=flags)
+    async with _bridge(prom_url, bridge) as (url, _):
         yield url
 
 
 @asynccontextmanager
-async def _bridge(prom_url: str, *flags: str) -> AsyncIterator[tuple[str, psutil.Process]]:
-    """`bridge_process`, with the process for reading its CPU time."""
+async def _bridge(prom_url: str, variant: Variant
+                  ) -> AsyncIterator[tuple[str, psutil.Process]]:
+    """`variant` started over `prom_url`; its base URL and process (for its CPU time)."""
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler_bridge", "--prometheus-url", prom_url,
-        "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING", *flags, cwd=REPO,
-        stdout=asyncio.subprocess.DEVNULL)
+        sys.executable, *variant.command, "--prometheus-url", prom_url,
+        "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING", *variant.flags,
+        cwd=variant.cwd, stdout=asyncio.subprocess.DEVNULL)
     try:
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz")
         yield f"http://127.0.0.1:{port}", psutil.Process(proc.pid)
@@ -120,11 +150,31 @@ async def _bridge(prom_url: str, *flags: str) -> AsyncIterator[tuple[str, psutil
         await proc.wait()
 
 
-async def measure(pools: int, requests: int, workdir: Path, shards: int,
-                  poll_interval: float) -> Row:
+def _baseline_command(checkout: Path) -> tuple[str, ...]:
+    """The bridge of `checkout` as a command after the interpreter."""
+    root, module = import_root(checkout), module_name(checkout, "scheduler_bridge")
+    return ("-c", f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
+                  f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+
+
+def variants(evaluation_interval_s: float, baseline: Path | None) -> list[Variant]:
+    aligned = ("--cache-ttl", PROBE_EVERY_S, "--evaluation-interval", f"{evaluation_interval_s:g}")
+    out = [Variant("bridge", ("-m", "poolscope.scheduler_bridge"), flags=aligned),
+           Variant("bridge, every answer parsed in full", ("-m", "bench.parsed_in_full"),
+                   flags=aligned)]
+    if baseline is not None:
+        # Its own flags may differ: only what every version of the bridge takes.
+        out.append(Variant(f"baseline: {baseline}", _baseline_command(baseline), baseline,
+                           ("--cache-ttl", PROBE_EVERY_S)))
+    return out
+
+
+async def measure(pools: int, requests: int, workdir: Path, evaluation_interval_s: float,
+                  poll_interval_s: float, baseline: Path | None) -> Row:
     vector = fleet(pools)
+    interval = f"{round(evaluation_interval_s * 1000)}ms"
     async with rollup_target(vector) as target:
-        job = scrape_config("rollups", [target], interval="2s")
+        job = scrape_config("rollups", [target], interval=interval)
         # Recording rules aggregate by proxy_id and source: their series carry no
         # job/instance. Dropping them here stores exactly what the rules would.
         job["metric_relabel_configs"] = [{"action": "labeldrop", "regex": "instance|job"}]
@@ -132,16 +182,14 @@ async def measure(pools: int, requests: int, workdir: Path, shards: int,
             await asyncio.to_thread(wait_for_series, prom, len(vector))
             # The same client for every side: kept-alive connections, identity
             # encoding (as the bridge asks Prometheus), the whole body read each time.
-            async with aiohttp.ClientSession(
-                    headers={"Accept-Encoding": "identity"}) as session:
-                async with _bridge(prom.url, "--cache-ttl", "0",
-                                   "--query-shards", str(shards)) as (bridge, process):
-                    raw, served, raw_bytes, bridge_bytes, cpu = await _alternate(
-                        session, prom.url, bridge, process, requests)
-                async with bridge_process(prom.url, "--cache-ttl", "1",
-                                          "--query-shards", str(shards)) as bridge:
-                    cached = await _poll(session, bridge, requests, poll_interval)
-    return Row(pools, len(vector), raw, served, cached, raw_bytes, bridge_bytes, cpu)
+            async with AsyncExitStack() as stack:
+                session = await stack.enter_async_context(aiohttp.ClientSession(
+                    headers={"Accept-Encoding": "identity"}))
+                started = [(v.label, *await stack.enter_async_context(_bridge(prom.url, v)))
+                           for v in variants(evaluation_interval_s, baseline)]
+                raw, bridges = await _after_each_move(session, prom.url, started, requests)
+                cached = await _poll(session, started[0][1], requests, poll_interval_s)
+    return Row(pools, len(vector), raw, bridges, cached, poll_interval_s)
 
 
 def wait_for_series(prom: object, expected: int) -> None:
@@ -158,30 +206,56 @@ def _cpu_s(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-async def _alternate(session: aiohttp.ClientSession, prom_url: str, bridge_url: str,
-                     process: psutil.Process, requests: int
-                     ) -> tuple[list[float], list[float], int, int, float]:
-    """Raw query and bridge request in turn; also the bridge's CPU per measured request,
-    which a busy box inflates far less than response times (its own work only)."""
-    raw: list[float] = []
-    served: list[float] = []
-    raw_bytes = bridge_bytes = 0
-    cpu_from = 0.0
+async def _written_at(session: aiohttp.ClientSession, prom_url: str) -> str:
+    """The rollups' timestamp, as Prometheus writes it (compared, never parsed)."""
+    async with session.get(f"{prom_url}/api/v1/query",
+                           params={"query": EVALUATED_QUERY}) as resp:
+        result = (await resp.json())["data"]["result"]
+    return result[0]["value"][1] if result else ""
+
+
+async def _after_each_move(session: aiohttp.ClientSession, prom_url: str,
+                           bridges: list[tuple[str, str, psutil.Process]], requests: int
+                           ) -> tuple[Measured, list[Measured]]:
+    """After each move of the rollups: the raw query and one refresh of every bridge,
+    in an order rotated per move so that none is always first after Prometheus wrote."""
+    raw = Measured("raw query")
+    measured = {url: Measured(label) for label, url, _ in bridges}
+    for _, url, _ in bridges:  # the first full read, before any move
+        await _timed_get(session, f"{url}{ROUTE}")
+    seen = await _written_at(session, prom_url)
+    steps: list[tuple[str, psutil.Process] | None] = [None, *((u, p) for _, u, p in bridges)]
     for i in range(requests + WARM_UP):
-        if i == WARM_UP:
-            cpu_from = _cpu_s(process)
-        params = {"query": SNAPSHOT_QUERY, "time": f"{time.time():.3f}"}
-        t_raw, raw_bytes = await _timed_get(session, f"{prom_url}/api/v1/query", params)
-        t_bridge, bridge_bytes = await _timed_get(session, f"{bridge_url}{ROUTE}")
-        if i >= WARM_UP:
-            raw.append(t_raw)
-            served.append(t_bridge)
-    return raw, served, raw_bytes, bridge_bytes, (_cpu_s(process) - cpu_from) / requests
+        while (written := await _written_at(session, prom_url)) == seen:
+            await asyncio.sleep(0.02)
+        seen = written
+        for step in steps[i % len(steps):] + steps[:i % len(steps)]:
+            if step is None:
+                params = {"query": SNAPSHOT_QUERY, "time": f"{time.time():.3f}"}
+                elapsed, body = await _timed_get(session, f"{prom_url}/api/v1/query", params)
+                into = raw
+            else:
+                url, process = step
+                cpu_from = _cpu_s(process)
+                elapsed, body = await _timed_get(session, f"{url}{ROUTE}")
+                into = measured[url]
+                if i >= WARM_UP:
+                    into.cpu_s += _cpu_s(process) - cpu_from
+            if i >= WARM_UP:
+                into.times.append(elapsed)
+                into.body_bytes = len(body)
+    for _, url, _ in bridges:
+        _, page = await _timed_get(session, f"{url}/metrics")
+        measured[url].full_reads = sum(float(line.rsplit(" ", 1)[1])
+                                       for line in page.decode().splitlines()
+                                       if line.startswith(FULL_READS + "{"))
+    return raw, list(measured.values())
 
 
 async def _poll(session: aiohttp.ClientSession, bridge_url: str, requests: int,
                 interval: float) -> list[float]:
-    """A Scheduler polling every `interval`: hits, and a refresh whenever the TTL ran out."""
+    """A Scheduler polling every `interval`: answers from memory, and a probe or a full
+    read whenever one is due."""
     times: list[float] = []
     for i in range(requests + WARM_UP):
         started = time.perf_counter()
@@ -192,27 +266,38 @@ async def _poll(session: aiohttp.ClientSession, bridge_url: str, requests: int,
     return times
 
 
-def table(rows: Sequence[Row], poll_interval: float) -> str:
+def table(rows: Sequence[Row], requests: int) -> str:
     lines = ["| pools | series | served by | median / p99 (ms) | raw query median / p99 (ms) "
-             "| ratio median | ratio p99 | body (KiB), raw: bridge | bridge CPU / request |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| ratio median | median of paired ratios | body (KiB) | CPU / refresh "
+             "| full reads |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        rm, rp = statistics.median(r.raw), p99(r.raw)
-        for label, times, cpu in (
-                ("bridge, cache off", r.bridge, f"{r.bridge_cpu * 1e3:.1f} ms"),
-                (f"bridge, cache ttl 1 s, polled every {poll_interval:g} s", r.cached, "")):
+        rm, rp = statistics.median(r.raw.times), p99(r.raw.times)
+        # Each refresh against the raw query of its own window; polls have no such pair.
+        cells = [(f"{b.label}, after each move", b.times, b.body_bytes,
+                  f"{statistics.median(map(_ratio, b.times, r.raw.times)):.2f}x",
+                  f"{b.cpu_s / requests * 1e3:.1f} ms", f"{b.full_reads:g}") for b in r.bridges]
+        cells.append((f"{r.bridges[0].label}, polled every {r.poll_interval_s:g} s", r.cached,
+                      r.bridges[0].body_bytes, "", "", ""))
+        lines.append(f"| {r.pools} | {r.series} | raw query | {rm * 1e3:.1f} / {rp * 1e3:.1f} "
+                     f"| | | | {r.raw.body_bytes // 1024} | | |")
+        for label, times, body, paired, cpu, reads in cells:
             m, p = statistics.median(times), p99(times)
             lines.append(f"| {r.pools} | {r.series} | {label} | {m * 1e3:.1f} / {p * 1e3:.1f} "
-                         f"| {rm * 1e3:.1f} / {rp * 1e3:.1f} | {m / rm:.2f}x | {p / rp:.2f}x "
-                         f"| {r.raw_bytes // 1024}: {r.bridge_bytes // 1024} "
-                         f"| {cpu} |")
+                         f"| {rm * 1e3:.1f} / {rp * 1e3:.1f} | {m / rm:.2f}x | {paired} "
+                         f"| {body // 1024} | {cpu} | {reads} |")
     return "\n".join(lines)
 
 
-async def run(pool_counts: Sequence[int], requests: int, shards: int,
-              poll_interval: float) -> list[Row]:
+def _ratio(bridge_s: float, raw_s: float) -> float:
+    return bridge_s / raw_s
+
+
+async def run(pool_counts: Sequence[int], requests: int, evaluation_interval_s: float,
+              poll_interval_s: float, baseline: Path | None) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-bridge-") as tmp:
-        return [await measure(n, requests, Path(tmp), shards, poll_interval)
+        return [await measure(n, requests, Path(tmp), evaluation_interval_s, poll_interval_s,
+                              baseline)
                 for n in pool_counts]
 
 
@@ -220,15 +305,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--pools", default="10,100,1000",
                    help="comma-separated pool counts (default 10,100,1000)")
-    p.add_argument("--requests", type=int, default=60, help="measured requests of each kind")
-    p.add_argument("--query-shards", type=int, default=1,
-                   help="the bridge's --query-shards (default 1: one query)")
+    p.add_argument("--requests", type=int, default=30,
+                   help="measured moves of the rollups, and polls (default 30)")
+    p.add_argument("--evaluation-interval", type=float, default=2.0,
+                   help="seconds between moves of the rollups (default 2)")
     p.add_argument("--poll-interval", type=float, default=0.1,
                    help="seconds between polls of the cached bridge (default 0.1)")
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="also the bridge of this source tree, side by side")
     args = p.parse_args(argv)
     rows = asyncio.run(run([int(n) for n in args.pools.split(",")], args.requests,
-                           args.query_shards, args.poll_interval))
-    print(table(rows, args.poll_interval))
+                           args.evaluation_interval, args.poll_interval, args.baseline))
+    print(table(rows, args.requests))
     return 0
 
 

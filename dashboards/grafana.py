@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from poolscope.exporters.common import thresholds
+
 SCHEMA_VERSION = 39
 GRID_WIDTH = 24
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -24,9 +26,6 @@ NO_DATA = "No data"
 PanelKind = Literal["timeseries", "bargauge", "stat", "state-timeline"]
 Json = dict[str, Any]
 
-# Ratios whose healthy limit is 1 (load, saturation, queue pressure): amber
-# from 80 %, red at the limit.
-RATIO_STEPS: tuple[tuple[float | None, str], ...] = ((None, "green"), (0.8, "#EAB839"), (1, "red"))
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class Panel:
     unit: str = "short"
     width: int = 12
     height: int = 8
-    ratio: bool = False  # a 0..1 ratio: 0..1 scale, RATIO_STEPS thresholds
+    ratio: bool = False  # a 0..1 ratio: 0..1 scale, amber and red threshold steps
     mappings: tuple[tuple[float, str, str], ...] = ()  # (value, text, colour)
 
     @property
@@ -91,7 +90,10 @@ class Row:
 
 def _field_config(panel: Panel) -> Json:
     defaults: Json = {"unit": panel.unit, "noValue": NO_DATA, "color": {"mode": "palette-classic"}}
-    steps = RATIO_STEPS if panel.ratio else ((None, "green"),)
+    # A ratio's healthy limit is 1 (load, saturation, queue pressure): amber from
+    # thresholds.RATIO_WARN, red at the limit.
+    steps = (((None, "green"), (thresholds.RATIO_WARN, "#EAB839"), (1, "red")) if panel.ratio
+             else ((None, "green"),))
     defaults["thresholds"] = {"mode": "absolute",
                               "steps": [{"value": v, "color": c} for v, c in steps]}
     if panel.ratio and panel.kind != "timeseries":

@@ -9,6 +9,7 @@ disagree. Instance-level panels read the exporters' raw series
 from __future__ import annotations
 
 from dashboards.grafana import Json, Panel, Row, StateSet, Target, dashboard, query_variable
+from poolscope.exporters.common import thresholds
 
 POOLS = 'proxy_id=~"$proxy_id"'
 ONE_INSTANCE = 'proxy_id=~"$proxy_id",instance_id="$instance_id"'
@@ -65,7 +66,8 @@ def fleet() -> Json:
                   targets=(per_pool("proxy_pool:load:ratio"),)),
             Panel(**gauge, title="Saturation", ratio=True, unit="percentunit",
                   description="The worse of queue pressure and engine load "
-                              "(waiting / 5, KV cache / 0.8); 100 % is the healthy limit.",
+                              f"(waiting / {thresholds.WAITING_Q:g}, KV cache / "
+                              f"{thresholds.KV_FULL:g}); 100 % is the healthy limit.",
                   targets=(per_pool("proxy_pool:saturation:ratio"),)),
             Panel(**gauge, title="Queue pressure", ratio=True, unit="percentunit",
                   description="Queued requests / queue capacity, bounded queues only.",
@@ -95,8 +97,8 @@ def fleet() -> Json:
                    per_pool("proxy_pool:instances_missing_resource:count",
                             "{{proxy_id}} missing resource"))),
             Panel("timeseries", "Idle Instances",
-                  "Idle: no dispatch for 5 minutes. Unknown: never dispatched to since the "
-                  "Proxy started (unknown is not idle).",
+                  f"Idle: no dispatch for {thresholds.IDLE_S / 60:g} minutes. Unknown: never "
+                  "dispatched to since the Proxy started (unknown is not idle).",
                   (per_pool("proxy_pool:instances_idle:count", "{{proxy_id}} idle"),
                    per_pool("proxy_pool:instances_idle_unknown:count",
                             "{{proxy_id}} idle unknown"))),

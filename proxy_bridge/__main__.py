@@ -1,4 +1,4 @@
-"""`python -m proxy_bridge` / `poolscope-proxy-bridge`: serve one pool, in detail.
+"""`python -m poolscope.proxy_bridge` / `poolscope-proxy-bridge`: serve one pool, in detail.
 
 The flags the Scheduler bridge has mean the same here and are declared by the same
 code; this bridge adds `--proxy-id` (checked before anything starts, since it goes
@@ -7,40 +7,31 @@ into PromQL) and listens on 8003 by default. Exit codes as the Scheduler bridge'
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
-from exporters.common.argtypes import OneLineErrorParser
-from exporters.common.web import add_common_flags
-from proxy_bridge.app import create_app
-from proxy_bridge.promql import InvalidProxyId, validate_proxy_id
-from scheduler_bridge.__main__ import add_bridge_flags, serve_bridge
+from poolscope.bridge.serve import add_bridge_flags, serve_bridge
+from poolscope.proxy_bridge.app import create_app
+from poolscope.service.argtypes import OneLineErrorParser, identifier
+from poolscope.service.identity import ID_RULE
+from poolscope.service.web import add_common_flags
 
 PROG = "poolscope-proxy-bridge"
 
 
-def _proxy_id(text: str) -> str:
-    try:
-        return validate_proxy_id(text)
-    except InvalidProxyId as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineErrorParser:
     p = OneLineErrorParser(
         prog=PROG, description="Serve one Proxy pool's summary, its Proxy-local detail and "
                                "the provenance of every field.")
-    p.add_argument("--proxy-id", type=_proxy_id, required=True, metavar="PID",
-                   help="the pool this bridge serves, e.g. hp_127.0.0.1:8001 "
-                        "(1-128 of [A-Za-z0-9_.:-])")
+    p.add_argument("--proxy-id", type=identifier, required=True, metavar="PID",
+                   help=f"the pool this bridge serves, e.g. hp_127.0.0.1:8001 ({ID_RULE})")
     add_bridge_flags(p)
     add_common_flags(p, default_listen="127.0.0.1:8003", default_log_level="INFO")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     return serve_bridge(PROG, args, lambda settings: create_app(args.proxy_id, settings))
 
 

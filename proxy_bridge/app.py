@@ -21,24 +21,19 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from exporters.common.web import json_error
-from proxy_bridge.diagnosis import null_reasons
-from proxy_bridge.heartbeat import heartbeat_payload
-from proxy_bridge.local import LocalView
-from proxy_bridge.local_queries import LocalQueries, read_local
-from proxy_bridge.metrics import ProxyBridgeMetrics
-from proxy_bridge.promql import scoped, validate_proxy_id
-from scheduler_bridge.app import (
-    Settings,
-    bridge_app,
-    freshness_headers,
-    snapshot_or_error,
-)
-from scheduler_bridge.cache import Served
-from scheduler_bridge.promapi import PrometheusAPI
-from scheduler_bridge.queries import read_snapshot
-from scheduler_bridge.sources import describe_sources
-from scheduler_bridge.summary import PoolSnapshot, Sample, encode_json
+from poolscope.bridge.app import Settings, bridge_app, freshness_headers, snapshot_or_error
+from poolscope.bridge.cache import Served, Source
+from poolscope.bridge.promapi import PrometheusAPI
+from poolscope.bridge.queries import read_snapshot, rollups_written_at
+from poolscope.bridge.sources import describe_sources
+from poolscope.bridge.summary import PoolSnapshot, Sample, encode_json
+from poolscope.proxy_bridge.diagnosis import null_reasons
+from poolscope.proxy_bridge.heartbeat import heartbeat_payload
+from poolscope.proxy_bridge.local import LocalView
+from poolscope.proxy_bridge.local_queries import LocalQueries, read_local
+from poolscope.proxy_bridge.metrics import ProxyBridgeMetrics
+from poolscope.proxy_bridge.promql import scoped, validate_proxy_id
+from poolscope.service.web import json_error
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +63,10 @@ class PoolReader:
 
     async def _pool_rollups(self, selector: str, at: float) -> Sequence[Sample]:
         return await self._api.samples(scoped(selector, self.proxy_id), at)
+
+    async def written_at(self, at: float) -> float | None:
+        """The cache's probe: when the rules last wrote this pool's rollups."""
+        return await rollups_written_at(self._pool_rollups, at)
 
     async def __call__(self, at: float) -> PoolSnapshot:
         snapshot, samples = await asyncio.gather(
@@ -105,9 +104,9 @@ def create_app(proxy_id: str, settings: Settings, *,
     registry = registry if registry is not None else CollectorRegistry()
     metrics = ProxyBridgeMetrics(registry)
 
-    def this_pool(app: web.Application, api: PrometheusAPI) -> PoolReader:
+    def this_pool(app: web.Application, api: PrometheusAPI) -> Source:
         reader = app[READER] = PoolReader(proxy_id, api, settings.query_shards, metrics)
-        return reader
+        return Source(reader, reader.written_at)
 
     app = bridge_app(settings, metrics, registry, this_pool, clock=clock)
     app.router.add_get("/debug/pool_resource", pool_resource)

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from exporters.common import catalog as c
-from exporters.common.thresholds import FRESH_S, MEMBER_MEMORY
-from proxy_bridge.local import LocalView
-from proxy_bridge.local_queries import FRESHNESS_RULE
-from proxy_bridge.series import one
-from scheduler_bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field
+from poolscope.bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field, Input
+from poolscope.exporters.common import catalog as c
+from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY
+from poolscope.proxy_bridge.local import LocalView
+from poolscope.proxy_bridge.local_queries import FRESHNESS_RULE
+from poolscope.proxy_bridge.series import one
 
-NVML_UNAVAILABLE = "nvml_unavailable"  # exporters.common.health.ErrorReason
+NVML_UNAVAILABLE = "nvml_unavailable"  # poolscope.exporters.common.health.ErrorReason
 TGI_SOURCE = c.engine_source("tgi")
 
 
@@ -67,11 +67,10 @@ Check = Callable[[LocalView, Field], list[Reason]]
 
 # --- the Proxy side: the fields only a Proxy-side exporter measures ----------------
 
-# Fields no Instance exporter can stand in for: a silent Proxy-side exporter is their
-# whole explanation. The others are measured per member whoever declares it.
-PROXY_SIDE = frozenset({"instances.idle", "instances.idle_unknown", "instances.stale",
-                        "load.queue_pressure", "load.prepare_queue_depth",
-                        "load.ready_queue_depth"})
+# Fields no Instance exporter can stand in for (Field.proxy_side): a silent Proxy-side
+# exporter is their whole explanation. The others are measured per member whoever
+# declares it.
+PROXY_SIDE = frozenset(f.path for f in FIELDS if f.proxy_side)
 
 
 def proxy(view: LocalView) -> list[Reason]:
@@ -338,50 +337,32 @@ def qps(view: LocalView, f: Field) -> list[Reason]:
     return [Reason(Code.NO_TRAFFIC, f"the Proxy is reporting, but {f.null_when}")]
 
 
-def nothing(view: LocalView, f: Field) -> list[Reason]:
-    return []
-
-
-def both(*checks: Check) -> Check:
+def in_turn(*checks: Check) -> Check:
+    """Every check's reasons, in the order the field lists its inputs."""
     def check(view: LocalView, f: Field) -> list[Reason]:
         return [r for ch in checks for r in ch(view, f)]
     return check
 
 
-# Which inputs each field depends on beyond the Proxy's registry. A field missing
-# here is a test failure, so a new field cannot go undiagnosed.
-CHECKS: dict[str, Check] = {
-    "instances.total": nothing,
-    "instances.alive": nothing,
-    "instances.stale": liveness,
-    "instances.with_resource": nothing,
-    "instances.missing_resource": nothing,
-    "instances.idle": dispatch_only,
-    "instances.idle_unknown": dispatch_only,
-    "load.inflight_total": nothing,
-    "load.qps_1m_total": qps,
-    "load.load_ratio": capacity,
-    "load.capacity": capacity,
-    "load.queue_pressure": queue_pressure,
-    "load.prepare_queue_depth": queue_depth,
-    "load.ready_queue_depth": queue_depth,
-    "load.saturation": both(queue_pressure, engine),
-    "load.engine_running_total": engine,
-    "load.engine_waiting_total": engine,
-    "utilization.cpu_avg": host,
-    "utilization.cpu_max": host,
-    "utilization.memory_used_ratio": host,
-    "utilization.gpu_util_avg": gpu,
-    "utilization.gpu_util_max": gpu,
-    "utilization.gpu_mem_used_ratio": gpu,
-    "utilization.network_rx_mbps_total": network,
-    "utilization.network_tx_mbps_total": network,
-    "utilization.kv_cache_usage_avg": kv_cache,
-    "utilization.kv_cache_usage_max": kv_cache,
-    "health.resource_freshness_s_avg": freshness,
-    "health.resource_freshness_s_max": freshness,
-    "health.pool_admission_state": admission,
+# One check per input that can null a field. Each field's entry in fields.py names
+# its inputs, so a new field needs no edit here; a new kind of input needs its check.
+INPUT_CHECKS: dict[Input, Check] = {
+    Input.LIVENESS: liveness,
+    Input.DISPATCH: dispatch_only,
+    Input.TRAFFIC: qps,
+    Input.CAPACITY: capacity,
+    Input.QUEUE_CAPACITY: queue_pressure,
+    Input.QUEUE: queue_depth,
+    Input.ENGINE: engine,
+    Input.KV_CACHE: kv_cache,
+    Input.HOST: host,
+    Input.GPU: gpu,
+    Input.NETWORK: network,
+    Input.FRESHNESS: freshness,
+    Input.ADMISSION: admission,
 }
+CHECKS: dict[str, Check] = {f.path: in_turn(*(INPUT_CHECKS[i] for i in f.inputs))
+                            for f in FIELDS}
 _FIELDS = {f.path: f for f in FIELDS}
 
 

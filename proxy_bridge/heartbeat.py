@@ -1,10 +1,11 @@
 """The `pool_resource` object a Proxy attaches to its register / heartbeat messages.
 
 It is the compact summary, exactly what the Scheduler bridge serves for the pool, so
-the Scheduler sees one shape whichever path a summary takes. Seed 000's consumers
-(issue #107's reporting path) read the keys of its example payload; those keys are
-guaranteed here, null when a future summary lacked one, because such a consumer
-may index a key directly while it ignores any key it does not know.
+the Scheduler sees one shape whichever path a summary takes. Consumers written against
+the first published `pool_resource` example read its keys; those keys are
+guaranteed here (docs/design.md, "The pool summary"), null when a future summary lacked
+one, because such a consumer may index a key directly while it ignores any key it does
+not know.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# Seed 000's example pool_resource, key by key (its values were illustrations).
-SEED_000_KEYS: dict[str, tuple[str, ...]] = {
+# The first published pool_resource example, key by key (its values were illustrations).
+PUBLISHED_KEYS: dict[str, tuple[str, ...]] = {
     "schema_version": (),
     "proxy_id": (),
     "generated_at": (),
@@ -29,9 +30,9 @@ SEED_000_KEYS: dict[str, tuple[str, ...]] = {
 
 
 def heartbeat_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary as the heartbeat's `pool_resource`: a copy, with every seed-000 key."""
+    """The summary as the heartbeat's `pool_resource`: a copy, with every published key."""
     payload = {k: dict(v) if isinstance(v, Mapping) else v for k, v in summary.items()}
-    for key, subkeys in SEED_000_KEYS.items():
+    for key, subkeys in PUBLISHED_KEYS.items():
         if not subkeys:
             payload.setdefault(key, None)
             continue

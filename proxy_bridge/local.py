@@ -1,5 +1,5 @@
 """`/debug/pool_resource?detail=local`: the per-Instance and per-queue view that stays
-at the Proxy (seed 000: the Scheduler gets the summary, never this).
+at the Proxy (the Scheduler gets the summary, never this: docs/design.md).
 
 Everything comes from one evaluation time, so an Instance's freshness, liveness and
 load cannot disagree with each other. Every value is a measurement or null: an
@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporters.common import catalog as c
-from proxy_bridge.local_queries import (
+from poolscope.bridge.fields import BYTES_PER_S_TO_MBPS, PERCENT
+from poolscope.bridge.summary import SCHEMA_VERSION, Sample
+from poolscope.exporters.common import catalog as c
+from poolscope.proxy_bridge.local_queries import (
     FRESHNESS_RULE,
     NETWORK_RX_RULE,
     NETWORK_TX_RULE,
@@ -23,9 +25,7 @@ from proxy_bridge.local_queries import (
     UP,
     LocalSamples,
 )
-from proxy_bridge.series import PoolSeries, label_of, matching, one
-from scheduler_bridge.fields import BYTES_PER_S_TO_MBPS, PERCENT
-from scheduler_bridge.summary import SCHEMA_VERSION, Sample
+from poolscope.proxy_bridge.series import PoolSeries, label_of, matching, one
 
 COLLECTORS = ("host", "gpu", "engine")  # the Instance exporter's readers (exporters/instance)
 GATEWAY_COLLECTOR = "gateway"  # the gateway adapter's reader (exporters/proxy/gateway.py)

@@ -16,9 +16,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from exporters.common import catalog as c
-from proxy_bridge.promql import pool_matcher
-from scheduler_bridge.summary import InstantQuery, Sample
+from poolscope.bridge.summary import InstantQuery, Sample
+from poolscope.exporters.common import catalog as c
+from poolscope.proxy_bridge.promql import pool_matcher
 
 UP = "up"
 # Per-Instance figures computed by the per_instance query, named as recording rules
@@ -41,7 +41,7 @@ RAW_FAMILIES: tuple[c.Family, ...] = (
     c.COLLECTOR_SUCCESS, c.COLLECTOR_ERRORS,
 )
 RAW_NAMES: tuple[str, ...] = (*(f.name for f in RAW_FAMILIES), UP)
-# Names go into a regex unescaped (as in scheduler_bridge/queries.py).
+# Names go into a regex unescaped (as in bridge/queries.py).
 if not all(re.fullmatch(r"[a-z0-9_:]+", n) for n in RAW_NAMES):
     raise ValueError(f"a series name needs regex escaping: {RAW_NAMES}")
 

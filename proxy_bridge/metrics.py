@@ -1,7 +1,7 @@
 """The bridge's own /metrics: the Scheduler bridge's instruments under this bridge's name.
 
 Both bridges time requests, backend queries and snapshot refreshes the same way, so
-this one reuses `scheduler_bridge.metrics.BridgeMetrics` in its own namespace.
+this one reuses `poolscope.bridge.metrics.BridgeMetrics` in its own namespace.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
-from scheduler_bridge.metrics import BridgeMetrics
+from poolscope.bridge.metrics import BridgeMetrics
 
 NAMESPACE = "poolscope_proxy_bridge"
 

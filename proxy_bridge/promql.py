@@ -3,14 +3,14 @@
 Unlike the Scheduler bridge, where a proxy_id is only ever a dict key, this bridge
 puts its own pool's id into label matchers. An id that could close the string
 literal (`a",__name__=~".+`) would turn "this pool" into "every series", so the id
-is checked against the id charset every service shares (exporters.common.identity)
+is checked against the id charset every service shares (poolscope.service.identity)
 when the process starts AND escaped as a PromQL string literal every time it is
 used: either guard alone keeps a hostile id out of the query's structure.
 """
 
 from __future__ import annotations
 
-from exporters.common.identity import ID_RULE, valid_id
+from poolscope.service.identity import ID_RULE, valid_id
 
 # PromQL string literals follow Go's escaping; these are the characters that can end
 # the literal or the line it is on.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler_bridge.summary import Sample
+from poolscope.bridge.summary import Sample
 
 ByName = dict[str, list[Sample]]
 

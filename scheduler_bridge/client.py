@@ -6,8 +6,10 @@ snapshots is not. `None` means "not measured" and must never be read as zero, an
 `stale` says the bridge could not reach Prometheus and is replaying the past.
 This module only parses; it makes no decision with the values.
 
-The dataclasses mirror scheduler_bridge.fields (a test keeps them in step). Fields
-the bridge adds later are ignored; fields missing from an older bridge are None.
+The sections' dataclasses are rendered from poolscope.bridge.fields into
+client_fields.py, written out rather than built at import so that a Scheduler's type
+checker sees every field (a test fails when they drift). Fields the bridge adds later
+are ignored; fields missing from an older bridge are None.
 """
 
 from __future__ import annotations
@@ -17,80 +19,15 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-UNKNOWN = "unknown"
-MISSING = "missing"
-
-
-@dataclass(frozen=True)
-class MetricSource:
-    inflight: str = UNKNOWN
-    qps_1m: str = UNKNOWN
-    resource: str = UNKNOWN
-    queue_depth: str = UNKNOWN
-    instances: str = UNKNOWN  # membership source: proxy_registry | gateway:<name> | self_declared
-
-
-@dataclass(frozen=True)
-class MetricQuality:
-    resource: str = MISSING
-    load: str = MISSING
-    queue: str = MISSING
-
-
-@dataclass(frozen=True)
-class Instances:
-    total: int | None = None
-    alive: int | None = None
-    stale: int | None = None
-    with_resource: int | None = None
-    missing_resource: int | None = None
-    idle: int | None = None
-    idle_unknown: int | None = None
-
-
-@dataclass(frozen=True)
-class Load:
-    inflight_total: float | None = None
-    qps_1m_total: float | None = None
-    load_ratio: float | None = None
-    capacity: float | None = None
-    queue_pressure: float | None = None
-    prepare_queue_depth: float | None = None
-    ready_queue_depth: float | None = None
-    saturation: float | None = None
-    engine_running_total: float | None = None
-    engine_waiting_total: float | None = None
-
-
-@dataclass(frozen=True)
-class Utilization:
-    cpu_avg: float | None = None
-    cpu_max: float | None = None
-    memory_used_ratio: float | None = None
-    gpu_util_avg: float | None = None
-    gpu_util_max: float | None = None
-    gpu_mem_used_ratio: float | None = None
-    network_rx_mbps_total: float | None = None
-    network_tx_mbps_total: float | None = None
-    kv_cache_usage_avg: float | None = None
-    kv_cache_usage_max: float | None = None
-
-
-@dataclass(frozen=True)
-class Health:
-    resource_freshness_s_avg: float | None = None
-    resource_freshness_s_max: float | None = None
-    pool_admission_state: str | None = None
-    data_quality: str = MISSING
-
-
-@dataclass(frozen=True)
-class GpuCapacity:
-    """One GPU model of a pool; unhealthy GPUs are neither used nor free capacity."""
-
-    healthy: int | None = None
-    unhealthy: int | None = None
-    memory_total_bytes: float | None = None
+from poolscope.scheduler_bridge.client_fields import (
+    GpuCapacity,
+    Health,
+    Instances,
+    Load,
+    MetricQuality,
+    MetricSource,
+    Utilization,
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +42,7 @@ class PoolSummary:
     utilization: Utilization
     health: Health
     # By gpu_model; None when the bridge knows nothing of the pool's GPUs (or predates
-    # the field), never {} (see scheduler_bridge.fields.GPUS_SECTION).
+    # the field), never {} (see poolscope.bridge.fields.GPUS_SECTION).
     gpus: dict[str, GpuCapacity] | None = None
 
 

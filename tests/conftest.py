@@ -3,9 +3,44 @@
 Hypothesis' per-example deadline (200 ms) is a timing assertion: on a busy CI
 machine one slow example fails a correct property. Speed is measured in bench/,
 so no property test here has a deadline.
+
+`make unit` runs `-m "not integration"`: what needs nothing but the venv. A test
+is `integration` when it says so, when it lives in a directory that runs a stack,
+or when its module uses the harness that starts real servers or Prometheus' own
+tools (Debian packages), so no test file has to remember to say so.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
+
+from deploy.demo.processes import ProcessGroup
+from tests.support.chromium import chromium
+from tests.support.cluster import demo_cluster
+from tests.support.commands import command_process
+from tests.support.prometheus import binary, running_prometheus
 
 settings.register_profile("poolscope", deadline=None)
 settings.load_profile("poolscope")
+
+TESTS = Path(__file__).parent
+STACK_DIRS = frozenset({"integration", "live", "load", "scale"})
+REAL_SERVERS = (ProcessGroup, binary, chromium, command_process, demo_cluster,
+                running_prometheus)
+
+
+def _needs_real_servers(item: pytest.Item) -> bool:
+    if item.path.relative_to(TESTS).parts[0] in STACK_DIRS:
+        return True
+    module = getattr(item, "module", None)
+    return module is not None and any(
+        value is harness for value in vars(module).values() for harness in REAL_SERVERS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not item.get_closest_marker("integration") and _needs_real_servers(item):
+            item.add_marker(pytest.mark.integration)

@@ -41,7 +41,8 @@ class Pool:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="poolscope-demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m deploy.demo.cluster",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--proxies", type=int, default=2, help="Proxy pools (default 2)")
     p.add_argument("--instances", type=int, default=3, help="Instances per pool (default 3)")
     p.add_argument("--duration", type=float, default=0.0,
@@ -131,7 +132,7 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
                 "--seed", str(p * 100 + i))
             wait_ready(f"http://127.0.0.1:{engine_port}/health", engine)
             exporter = group.start_python(
-                f"exporter-{instance_id}", "exporters.instance",
+                f"exporter-{instance_id}", "poolscope.exporters.instance",
                 "--instance-id", instance_id, "--proxy-id", proxy_id,
                 "--listen", f"127.0.0.1:{exporter_port}",
                 "--engine-metrics-url", f"http://127.0.0.1:{engine_port}/metrics",
@@ -172,7 +173,7 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
             f"--web.listen-address=127.0.0.1:{prom_port}", *console_flags()])
         wait_ready(f"{prom_url}/-/ready", prom)
         bridge = group.start_python(
-            "scheduler-bridge", "scheduler_bridge", "--prometheus-url", prom_url,
+            "scheduler-bridge", "poolscope.scheduler_bridge", "--prometheus-url", prom_url,
             "--listen", f"127.0.0.1:{sched_port}")
         wait_ready(f"{sched_url}/healthz", bridge)
         pools = start_proxy_bridges(group, pools, prom_url, args.proxy_bridge_port)
@@ -193,7 +194,7 @@ def start_proxy_bridges(group: ProcessGroup, pools: Sequence[Pool], prom_url: st
     for k, pool in enumerate(pools):
         port = port_or_free(first_port + k if first_port else 0)
         url = f"http://127.0.0.1:{port}"
-        child = group.start_python(f"proxy-bridge-{pool.proxy_id}", "proxy_bridge",
+        child = group.start_python(f"proxy-bridge-{pool.proxy_id}", "poolscope.proxy_bridge",
                                    "--proxy-id", pool.proxy_id, "--prometheus-url", prom_url,
                                    "--listen", f"127.0.0.1:{port}")
         wait_ready(f"{url}/healthz", child)

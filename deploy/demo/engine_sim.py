@@ -44,7 +44,7 @@ from deploy.demo.sim_scheduler import (
     SimRequest,
     Ticket,
 )
-from exporters.common.argtypes import (
+from poolscope.service.argtypes import (
     OneLineErrorParser,
     host_port,
     identifier,

@@ -33,7 +33,7 @@ import aiohttp
 
 from deploy.demo.load_arrivals import BurstSpec, arrival_times
 from deploy.demo.load_report import LoadReport, Outcome, TargetTally, classify_status
-from exporters.common.argtypes import OneLineErrorParser, positive_float, positive_int
+from poolscope.service.argtypes import OneLineErrorParser, positive_float, positive_int
 
 CHAT_PATH = "/v1/chat/completions"
 PROMPT = "Summarise how loaded this pool is, and say which measurement tells you."

@@ -31,16 +31,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from deploy.demo.proxy_chat import ChatPath, PathConfig
 from deploy.demo.proxy_control import ControlPlane
 from deploy.demo.proxy_select import Strategy
-from exporters.common.argtypes import (
+from poolscope.exporters.proxy import ProxyExporter
+from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
+from poolscope.service.argtypes import (
     host_port,
     identifier,
     non_negative_float,
     positive_float,
     positive_int,
 )
-from exporters.proxy import ProxyExporter
-from exporters.proxy.clock import SYSTEM_CLOCK, Clock
-from exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
 
 log = logging.getLogger("deploy.demo.proxy")
 
@@ -84,7 +84,8 @@ def create_app(proxy_id: str, path: PathConfig | None = None,
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     d = PathConfig()
-    p = argparse.ArgumentParser(prog="poolscope-demo-proxy", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m deploy.demo.proxy",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--proxy-id", required=True, type=identifier)
     p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT")
     p.add_argument("--strategy", type=Strategy, choices=list(Strategy), default=d.strategy)

@@ -27,7 +27,7 @@ from aiohttp import web
 from deploy.demo.proxy_forward import error_response, forward
 from deploy.demo.proxy_lines import QueueFull, WaitingLine
 from deploy.demo.proxy_select import Selector, Strategy
-from exporters.proxy import Instance, ProxyExporter
+from poolscope.exporters.proxy import Instance, ProxyExporter
 
 PREPARE_SIGMA = 0.5  # lognormal shape: most preparations near the mean, a long tail
 

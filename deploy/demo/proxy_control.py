@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from exporters.proxy import Instance, InstanceRegistry
+from poolscope.exporters.proxy import Instance, InstanceRegistry
 
 
 class BadRequest(Exception):

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from exporters.proxy import Dispatch
-from exporters.proxy.dispatch import Outcome
+from poolscope.exporters.proxy import Dispatch
+from poolscope.exporters.proxy.dispatch import Outcome
 
 CHAT_PATH = "/v1/chat/completions"
 REFUSED = frozenset({429, 503})

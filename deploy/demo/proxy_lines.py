@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from exporters.proxy import ProxyExporter, Ticket
+from poolscope.exporters.proxy import ProxyExporter, Ticket
 
 
 class QueueFull(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from exporters.proxy import Instance, InstanceRegistry
+from poolscope.exporters.proxy import Instance, InstanceRegistry
 
 
 class Strategy(StrEnum):

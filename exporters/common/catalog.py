@@ -5,7 +5,7 @@ Proxy exporters, the fleet simulator, the recording rules' tests and
 `docs/metrics.md` all read them from this module, so a rename cannot drift
 between producer and consumer.
 
-Every family carries `source` (DESIGN.md: every series names its source) and
+Every family carries `source` (docs/design.md: every series names its source) and
 the identity labels of its level: `proxy_id` always, `instance_id` where the
 series is about one Instance.
 """
@@ -168,7 +168,12 @@ INSTANCE_CAPACITY = _instance(
 ADMISSION_STATES = ("accepting", "degraded", "saturated", "draining", "unknown")
 INSTANCE_ADMISSION_STATE = _instance(
     "poolscope_instance_admission_state", "gauge",
-    "1 for the Instance's current admission state, 0 for the others (a state set).",
+    "1 for the Instance's current admission state, 0 for the others (a state set). Its "
+    "thresholds (ADMISSION_* in exporters/common/thresholds.py) differ from the "
+    "saturation's WAITING_Q and KV_FULL on purpose: saturation is a score to compare "
+    "Instances by, 1 where the Gateway API Inference Extension stops preferring one, "
+    "while admission is the Instance's own verdict, degraded once a request waits and "
+    "saturated only near the engine's limits.",
     "state")
 # The same state as one number, so a pool rule reads one series per Instance
 # (`max` is the best state any member offers) instead of five plus a join.
@@ -283,7 +288,7 @@ POOL_INSTANCES_STALE = _proxy(
     "Instances of the pool that are registered but not alive.")
 POOL_INSTANCES_IDLE = _proxy(
     "poolscope_proxy_pool_instances_idle", "gauge",
-    "Instances not dispatched to for the idle threshold (exporters.common.thresholds).")
+    "Instances not dispatched to for the idle threshold (poolscope.exporters.common.thresholds).")
 POOL_INSTANCES_IDLE_UNKNOWN = _proxy(
     "poolscope_proxy_pool_instances_idle_unknown", "gauge",
     "Instances never dispatched to since the exporter started: idle time unknown.")

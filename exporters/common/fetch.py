@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from exporters.common.health import ErrorReason
-from exporters.common.sampling import SampleError
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
 
 FETCH_REASONS = (ErrorReason.TIMEOUT, ErrorReason.CONNECTION, ErrorReason.HTTP_STATUS,
                  ErrorReason.PARSE, ErrorReason.TOO_LARGE)

@@ -19,8 +19,8 @@ from enum import StrEnum
 
 from prometheus_client.core import Metric
 
-from exporters.common import catalog
-from exporters.common.catalog import Family
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.catalog import Family
 
 
 class ErrorReason(StrEnum):
@@ -135,7 +135,7 @@ class HealthBoard:
 
     def sampled_families(self, prefix: Sequence[str]) -> Iterator[Metric]:
         """The families that only a sample changes, so a rendering of them stays
-        right until the next sample (see exporters.common.exposition)."""
+        right until the next sample (see poolscope.exporters.common.exposition)."""
         fam = self._families
         success, duration = fam.success.new(), fam.duration.new()
         last = fam.last_success.new() if fam.last_success else None

@@ -13,6 +13,7 @@ recording rules need no freshness gate of their own.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -23,11 +24,22 @@ from typing import Generic, Protocol, TypeVar
 
 from prometheus_client.core import Metric
 
-from exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
-from exporters.common.identity import Identity
-from exporters.common.thresholds import FRESH_S
+from poolscope.exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
+from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.service.argtypes import positive_float
+from poolscope.service.identity import Identity
 
 log = logging.getLogger(__name__)
+
+
+def sample_interval(value: str) -> float:
+    """A background sampling interval: a sample older than FRESH_S is not served, so
+    sampling less often would blank the series between two samples."""
+    number = positive_float(value)
+    if number > FRESH_S:
+        raise argparse.ArgumentTypeError(f"at most {FRESH_S:g} s (a sample older than that "
+                                         f"is not fresh), got {value!r}")
+    return number
 
 S = TypeVar("S")
 
@@ -100,7 +112,7 @@ class SamplingLoop:
         self._slots: list[Slot[object]] = []
         self._tasks: list[asyncio.Task[None]] = []
         # Samples finished, failed ones included: what a cached rendering of the
-        # held state is keyed on (exporters.common.exposition).
+        # held state is keyed on (poolscope.exporters.common.exposition).
         self.samples_taken = 0
 
     def add(self, reader: Reader[S], timeout: float | None = None) -> Slot[S]:

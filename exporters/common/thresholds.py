@@ -1,22 +1,68 @@
-"""The thresholds the exporters and the rules share, written once.
+"""Every threshold Poolscope judges by, written once.
 
-The rule files in rules/ are YAML and cannot import this module; a test
-(tests/rules/test_thresholds.py) reads every rule expression and fails when a
-constant there differs from the one here, so a change is made here and in the
-rules together or not at all.
+The exporters, the bridges and the dashboards import these; the rule files and
+docs/thresholds.md are rendered from them by `python -m rules.render` (part of
+`make generate`), and a test fails when a rendered copy drifts. The string under
+each constant is its meaning, as docs/thresholds.md prints it.
 """
 
 from __future__ import annotations
 
-# A host sample is fresh for 3 scrape intervals of 5 s. The Instance exporter
-# serves no sample older than this, so the rules need no freshness gate.
-FRESH_S = 15.0
-# An Instance with no dispatch for this long counts as idle.
+SCRAPE_INTERVAL_S = 5.0
+"""How often the deploy configs scrape every target and evaluate the rules; the
+freshness and rate bounds below are sized for it."""
+
+FRESH_S = 3 * SCRAPE_INTERVAL_S
+"""A sample is fresh for three scrape intervals: the Instance exporter serves no
+older one, so a rule reading its series needs no freshness gate."""
+
 IDLE_S = 300.0
-# Engine waiting requests that count as a full queue, and the KV-cache occupancy
-# that counts as saturated (the Gateway API Inference Extension's defaults).
+"""An Instance the Proxy has not dispatched to for this long counts as idle."""
+
 WAITING_Q = 5.0
+"""Requests waiting inside an engine that make its queue full: the waiting side
+of the engine's saturation (the Gateway API Inference Extension's default)."""
+
 KV_FULL = 0.8
-# Without a Proxy-side source, an Instance exporter that stops answering stays a
-# (stale) member of its self-declared pool for this long, then leaves it.
+"""KV-cache usage that counts as saturated: the KV side of the engine's
+saturation (the Gateway API Inference Extension's default)."""
+
 MEMBER_MEMORY = "5m"
+"""How long a self-declared member that stopped answering stays a (stale) member,
+and how long a silent Proxy-side source keeps its pool from falling back."""
+
+RATE_WINDOW_S = 60.0
+"""The window of every rate the rules record (the `1m` in their names)."""
+
+RATE_EDGE_S = SCRAPE_INTERVAL_S + 3.0
+"""A rate is kept only while its window has a sample this close to each end: one
+scrape interval, 3 s late at most. A gap in scrapes gives no rate instead of an
+extrapolated one."""
+
+RATE_EDGE_OFFSET_S = RATE_WINDOW_S - RATE_EDGE_S
+"""How far back from a rate window's end its first RATE_EDGE_S begin."""
+
+ADMISSION_KV_DEGRADED = 0.85
+"""KV-cache usage at which an Instance's admission state is degraded."""
+
+ADMISSION_KV_SATURATED = 0.95
+"""KV-cache usage at which an Instance's admission state is saturated."""
+
+ADMISSION_QUEUE_DEGRADED = 1.0
+"""Engine waiting requests at which an Instance's admission state is degraded: one
+waiting request already means the engine could not start it."""
+
+ADMISSION_QUEUE_SATURATED = 8.0
+"""Engine waiting requests at which an Instance's admission state is saturated."""
+
+ADMISSION_MEMORY_DEGRADED = 0.10
+"""Host memory available / total at or below which an Instance's admission state
+is degraded."""
+
+ADMISSION_MEMORY_SATURATED = 0.05
+"""Host memory available / total at or below which an Instance's admission state
+is saturated."""
+
+RATIO_WARN = 0.8
+"""The dashboards show a ratio whose healthy limit is 1 (load, saturation, queue
+pressure) amber from here, red at 1."""

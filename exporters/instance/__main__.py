@@ -1,4 +1,4 @@
-"""`python -m exporters.instance` / `poolscope-instance-exporter`.
+"""`python -m poolscope.exporters.instance` / `poolscope-instance-exporter`.
 
 Exit codes: 0 after SIGTERM/SIGINT, 2 for invalid flags, 1 when the listen
 address cannot be bound.
@@ -12,13 +12,14 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from exporters.common.web import command, serve_until_stopped
-from exporters.instance.config import Config, parse
-from exporters.instance.server import make_app
-from exporters.instance.service import InstanceExporter
+from poolscope.exporters.instance.config import PROG, Config, build_parser, parse
+from poolscope.exporters.instance.server import make_app
+from poolscope.exporters.instance.service import InstanceExporter
+from poolscope.service.web import command, serve_until_stopped
 
-PROG = "poolscope-instance-exporter"
-log = logging.getLogger("exporters.instance")
+# build_parser: every console script's module offers its parser, for the flag tests.
+__all__ = ["build_parser", "main"]
+log = logging.getLogger("poolscope.exporters.instance")
 
 
 async def serve(config: Config) -> None:

@@ -1,15 +1,9 @@
 """Whether this Instance should get more work: the admission state.
 
-Each measured input votes a level; the worst vote wins.
-
-| input                             | degraded at           | saturated at          |
-|-----------------------------------|-----------------------|-----------------------|
-| engine KV-cache usage (0..1)      | >= kv_degraded 0.85   | >= kv_saturated 0.95  |
-| engine waiting queue (requests)   | >= queue_degraded 1   | >= queue_saturated 8  |
-| host memory available / total     | <= memory_degraded 0.10 | <= memory_saturated 0.05 |
-
-(defaults shown; each is a CLI flag, see `--help`). A request waiting inside
-the engine already means the engine cannot start it, hence degraded at 1.
+Each measured input votes a level; the worst vote wins: engine KV-cache usage and
+waiting requests at or above, host memory available / total at or below, their
+degraded and saturated thresholds (defaults in exporters/common/thresholds.py,
+listed in docs/thresholds.md; each is a CLI flag, see `--help`).
 
 `accepting` needs evidence about the engine: it is claimed only when the
 engine's queue was measured in its latest sample. A measured bad signal (say,
@@ -29,8 +23,8 @@ from enum import IntEnum, StrEnum
 
 from prometheus_client.core import Metric
 
-from exporters.common import catalog
-from exporters.common.identity import Identity
+from poolscope.exporters.common import catalog, thresholds
+from poolscope.service.identity import Identity
 
 
 class AdmissionState(StrEnum):
@@ -53,12 +47,12 @@ class _Level(IntEnum):
 
 @dataclass(frozen=True)
 class AdmissionThresholds:
-    kv_degraded: float = 0.85
-    kv_saturated: float = 0.95
-    queue_degraded: float = 1.0
-    queue_saturated: float = 8.0
-    memory_degraded: float = 0.10
-    memory_saturated: float = 0.05
+    kv_degraded: float = thresholds.ADMISSION_KV_DEGRADED
+    kv_saturated: float = thresholds.ADMISSION_KV_SATURATED
+    queue_degraded: float = thresholds.ADMISSION_QUEUE_DEGRADED
+    queue_saturated: float = thresholds.ADMISSION_QUEUE_SATURATED
+    memory_degraded: float = thresholds.ADMISSION_MEMORY_DEGRADED
+    memory_saturated: float = thresholds.ADMISSION_MEMORY_SATURATED
 
     def __post_init__(self) -> None:
         if not 0 <= self.kv_degraded <= self.kv_saturated <= 1:

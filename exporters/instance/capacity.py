@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import Metric
 
-from exporters.common import catalog
-from exporters.common.identity import Identity
-from exporters.instance.engine import EngineSample, plausible_running
+from poolscope.exporters.common import catalog
+from poolscope.exporters.instance.engine import EngineSample, plausible_running
+from poolscope.service.identity import Identity
 
 # How long a peak of running requests stands as evidence of capacity: long enough
 # to span a quiet spell between busy ones, short enough to forget an outlier.

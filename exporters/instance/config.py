@@ -6,63 +6,69 @@ stderr and exit code 2 — a typo must not become a silently wrong exporter.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from exporters.common.argtypes import identifier
-from exporters.common.flags import UsageParser, http_url, sample_interval, seconds
-from exporters.common.identity import ID_RULE
-from exporters.common.web import (
+from poolscope.exporters.common.sampling import sample_interval
+from poolscope.exporters.instance.admission import AdmissionThresholds
+from poolscope.exporters.instance.engine import AUTO
+from poolscope.exporters.instance.engines import MAPPINGS
+from poolscope.exporters.instance.service import Settings
+from poolscope.service.argtypes import (
     Listen,
-    ServiceConfig,
+    OneLineErrorParser,
     UsageError,
-    add_common_flags,
-    service_config,
+    http_url,
+    identifier,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    ratio,
 )
-from exporters.instance.admission import AdmissionThresholds
-from exporters.instance.engine import AUTO
-from exporters.instance.engines import MAPPINGS
-from exporters.instance.service import Settings
+from poolscope.service.identity import ID_RULE
+from poolscope.service.web import ServiceConfig, add_common_flags, service_config
 
+PROG = "poolscope-instance-exporter"
 DEFAULT_LISTEN = "127.0.0.1:9201"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = UsageParser(prog="python -m exporters.instance",
-                description="Poolscope Instance exporter: host, GPU and engine load of one "
-                            "LLM engine replica, for Prometheus.")
+def build_parser() -> OneLineErrorParser:
+    p = OneLineErrorParser(prog=PROG, description="Poolscope Instance exporter: host, GPU and "
+                           "engine load of one LLM engine replica, for Prometheus.")
     p.add_argument("--instance-id", required=True, type=identifier,
                    help=f"this Instance's id (label instance_id; {ID_RULE})")
     p.add_argument("--proxy-id", required=True, type=identifier,
                    help=f"the Proxy pool it belongs to (proxy_id; {ID_RULE})")
-    p.add_argument("--engine-metrics-url", help="the engine's /metrics URL; without it no "
-                                                "engine series are exported")
-    p.add_argument("--engine", default=AUTO, choices=[AUTO, *MAPPINGS],
-                   help="engine kind; auto detects it from the metric names (default auto)")
-    p.add_argument("--sample-interval", type=float, default=1.0,
-                   help="seconds between background samples (default 1)")
-    p.add_argument("--engine-timeout", type=float, default=2.0,
-                   help="seconds to wait for the engine's /metrics (default 2)")
-    p.add_argument("--capacity", type=int,
+    p.add_argument("--engine-metrics-url", type=http_url,
+                   help="the engine's /metrics URL; without it no engine series are exported")
+    p.add_argument("--engine", default=Settings.engine, choices=[AUTO, *MAPPINGS],
+                   help="engine kind; auto detects it from the metric names "
+                        "(default %(default)s)")
+    p.add_argument("--sample-interval", type=sample_interval, default=Settings.sample_interval,
+                   help="seconds between background samples (default %(default)g)")
+    p.add_argument("--engine-timeout", type=positive_float, default=Settings.engine_timeout,
+                   help="seconds to wait for the engine's /metrics (default %(default)g)")
+    p.add_argument("--capacity", type=positive_int,
                    help="concurrent requests the Instance can run (else learned)")
     p.add_argument("--draining", action="store_true",
                    help="start in the draining admission state (SIGUSR1 sets, SIGUSR2 clears)")
     d = AdmissionThresholds()
-    p.add_argument("--admission-kv-degraded", type=float, default=d.kv_degraded,
-                   help=f"KV usage ratio at which the Instance is degraded ({d.kv_degraded})")
-    p.add_argument("--admission-kv-saturated", type=float, default=d.kv_saturated,
-                   help=f"KV usage ratio at which it is saturated ({d.kv_saturated})")
-    p.add_argument("--admission-queue-degraded", type=float, default=d.queue_degraded,
-                   help=f"engine waiting requests for degraded ({d.queue_degraded:g})")
-    p.add_argument("--admission-queue-saturated", type=float, default=d.queue_saturated,
-                   help=f"engine waiting requests for saturated ({d.queue_saturated:g})")
-    p.add_argument("--admission-memory-degraded", type=float, default=d.memory_degraded,
-                   help=f"host memory available ratio at or below which it is degraded "
-                        f"({d.memory_degraded})")
-    p.add_argument("--admission-memory-saturated", type=float, default=d.memory_saturated,
-                   help=f"host memory available ratio at or below which it is saturated "
-                        f"({d.memory_saturated})")
+    p.add_argument("--admission-kv-degraded", type=ratio, default=d.kv_degraded,
+                   help="KV usage ratio at which the Instance is degraded (%(default)g)")
+    p.add_argument("--admission-kv-saturated", type=ratio, default=d.kv_saturated,
+                   help="KV usage ratio at which it is saturated (%(default)g)")
+    p.add_argument("--admission-queue-degraded", type=non_negative_float,
+                   default=d.queue_degraded,
+                   help="engine waiting requests for degraded (%(default)g)")
+    p.add_argument("--admission-queue-saturated", type=non_negative_float,
+                   default=d.queue_saturated,
+                   help="engine waiting requests for saturated (%(default)g)")
+    p.add_argument("--admission-memory-degraded", type=ratio, default=d.memory_degraded,
+                   help="host memory available ratio at or below which it is degraded "
+                        "(%(default)g)")
+    p.add_argument("--admission-memory-saturated", type=ratio, default=d.memory_saturated,
+                   help="host memory available ratio at or below which it is saturated "
+                        "(%(default)g)")
     add_common_flags(p, default_listen=DEFAULT_LISTEN, default_log_level="WARNING")
     return p
 
@@ -79,22 +85,17 @@ class Config:
 
 def parse(argv: Sequence[str] | None) -> Config:
     """Parse and validate; raises UsageError with a one-line message."""
-    a = build_parser().parse_args(argv)
-    if a.capacity is not None and a.capacity <= 0:
-        raise UsageError(f"--capacity: must be a positive integer, got {a.capacity}")
+    a = build_parser().parse(argv)
     try:
         thresholds = AdmissionThresholds(
             a.admission_kv_degraded, a.admission_kv_saturated,
             a.admission_queue_degraded, a.admission_queue_saturated,
             a.admission_memory_degraded, a.admission_memory_saturated)
     except ValueError as e:
-        raise UsageError(f"admission thresholds: {e}") from e
+        raise UsageError(f"--admission-*: {e}") from e
     settings = Settings(
-        instance_id=a.instance_id, proxy_id=a.proxy_id,
-        sample_interval=sample_interval("--sample-interval", a.sample_interval),
-        engine_metrics_url=(http_url("--engine-metrics-url", a.engine_metrics_url)
-                            if a.engine_metrics_url else None),
-        engine=a.engine,
-        engine_timeout=seconds("--engine-timeout", a.engine_timeout),
-        capacity=a.capacity, thresholds=thresholds, draining=a.draining)
+        instance_id=a.instance_id, proxy_id=a.proxy_id, sample_interval=a.sample_interval,
+        engine_metrics_url=a.engine_metrics_url, engine=a.engine,
+        engine_timeout=a.engine_timeout, capacity=a.capacity, thresholds=thresholds,
+        draining=a.draining)
     return Config(settings, service_config(a))

@@ -18,14 +18,13 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import aiohttp
 from prometheus_client.core import Metric
 
-from exporters.common import catalog
-from exporters.common.fetch import FETCH_REASONS, fetch_text
-from exporters.common.health import ErrorReason
-from exporters.common.identity import Identity
-from exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
-from exporters.common.sampling import SampleError
-from exporters.common.thresholds import KV_FULL, WAITING_Q
-from exporters.instance.engines import (
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_text
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.common.thresholds import KV_FULL, WAITING_Q
+from poolscope.exporters.instance.engines import (
     LOAD_FIELDS,
     MAPPINGS,
     READ_FIELDS,
@@ -33,6 +32,7 @@ from exporters.instance.engines import (
     EngineMapping,
     Series,
 )
+from poolscope.service.identity import Identity
 
 AUTO = "auto"
 

@@ -24,10 +24,10 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from exporters.common import catalog
-from exporters.common.health import ErrorReason
-from exporters.common.identity import Identity
-from exporters.common.sampling import SampleError
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.service.identity import Identity
 
 SOURCE = catalog.SOURCE_NVML
 NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml itself loads on Linux

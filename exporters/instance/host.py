@@ -16,10 +16,10 @@ from types import ModuleType
 import psutil as _psutil
 from prometheus_client.core import Metric
 
-from exporters.common import catalog
-from exporters.common.health import ErrorReason
-from exporters.common.identity import Identity
-from exporters.common.sampling import SampleError
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.service.identity import Identity
 
 SOURCE = catalog.SOURCE_PSUTIL
 # On Linux guest time is already counted in user/nice; adding it would double it.

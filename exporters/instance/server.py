@@ -1,10 +1,10 @@
 """HTTP: /metrics for Prometheus, /healthz and /v1/resource/snapshot for the
-Resource Agent's existing consumers (seed 001).
+Resource Agent's existing consumers.
 
 Every handler reads held samples only; none of them waits on a device. /metrics
 renders what samples set once per sampling round, however many servers scrape
-(`exporters.common.exposition`). What one client may send or hold, and who may
-read, is `exporters.common.web`'s, shared with the bridges.
+(`poolscope.exporters.common.exposition`). What one client may send or hold, and who may
+read, is `poolscope.service.web`'s, shared with the bridges.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from exporters.common.exposition import RoundCache
-from exporters.common.web import guarded
-from exporters.instance import snapshot
-from exporters.instance.service import InstanceExporter
+from poolscope.exporters.common.exposition import RoundCache
+from poolscope.exporters.instance import snapshot
+from poolscope.exporters.instance.service import InstanceExporter
+from poolscope.service.web import guarded
 
 EXPORTER_KEY: web.AppKey[InstanceExporter] = web.AppKey("exporter", InstanceExporter)
 _PAGE_KEY: web.AppKey[RoundCache] = web.AppKey("page", RoundCache)

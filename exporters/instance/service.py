@@ -16,15 +16,15 @@ from types import ModuleType
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from exporters.common import catalog
-from exporters.common.health import HealthBoard
-from exporters.common.identity import Identity
-from exporters.common.sampling import SamplingLoop, Slot
-from exporters.instance.admission import Admission, AdmissionInputs, AdmissionThresholds
-from exporters.instance.capacity import Capacity
-from exporters.instance.engine import AUTO, EngineReader, EngineSample
-from exporters.instance.gpu import GpuReader, GpuSample
-from exporters.instance.host import HostReader, HostSample
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.health import HealthBoard
+from poolscope.exporters.common.sampling import SamplingLoop, Slot
+from poolscope.exporters.instance.admission import Admission, AdmissionInputs, AdmissionThresholds
+from poolscope.exporters.instance.capacity import Capacity
+from poolscope.exporters.instance.engine import AUTO, EngineReader, EngineSample
+from poolscope.exporters.instance.gpu import GpuReader, GpuSample
+from poolscope.exporters.instance.host import HostReader, HostSample
+from poolscope.service.identity import Identity
 
 # An engine read gets this long beyond its HTTP timeout before the loop gives
 # up on it, so the HTTP client's own, more specific timeout fires first.

@@ -1,4 +1,4 @@
-"""The Resource Agent's JSON snapshot (seed 001), served from the same held
+"""The Resource Agent's JSON snapshot, served from the same held
 samples as /metrics so the two can never disagree.
 
 Required by the agent's consumers: schema_version, agent_version, instance_id,
@@ -6,7 +6,7 @@ timestamp_ms, devices.cpu, devices.memory, devices.network, devices.gpu
 (optional), capacity_hint.memory_free_ratio, capacity_hint.admission_state.
 Anything not measured is null, never 0; `devices.gpu` is null without NVML.
 `timestamp_ms` is when the host sample was taken (the agent's collection
-time), null before the first one. Units follow seed 000: CPU and GPU
+time), null before the first one. Units follow the pool summary's (docs/metrics.md): CPU and GPU
 utilisation in percent, ratios 0..1, network rates in megabits per second.
 Fields may be added, never renamed or removed.
 """
@@ -18,10 +18,10 @@ import math
 from functools import cache
 from typing import Any
 
-from exporters.instance.engine import EngineSample
-from exporters.instance.gpu import GpuSample
-from exporters.instance.host import HostSample
-from exporters.instance.service import InstanceExporter
+from poolscope.exporters.instance.engine import EngineSample
+from poolscope.exporters.instance.gpu import GpuSample
+from poolscope.exporters.instance.host import HostSample
+from poolscope.exporters.instance.service import InstanceExporter
 
 SCHEMA_VERSION = "resource_snapshot_v1"
 

@@ -3,10 +3,10 @@
 See `exporter.ProxyExporter` for the embedding API.
 """
 
-from exporters.proxy.dispatch import Dispatch, DispatchTracker, Request, UnknownInstance
-from exporters.proxy.exporter import ProxyExporter
-from exporters.proxy.queues import QueueMetrics, Ticket
-from exporters.proxy.registry import Instance, InstanceRegistry
+from poolscope.exporters.proxy.dispatch import Dispatch, DispatchTracker, Request, UnknownInstance
+from poolscope.exporters.proxy.exporter import ProxyExporter
+from poolscope.exporters.proxy.queues import QueueMetrics, Ticket
+from poolscope.exporters.proxy.registry import Instance, InstanceRegistry
 
 __all__ = [
     "Dispatch",

@@ -1,4 +1,4 @@
-"""`python -m exporters.proxy` / `poolscope-proxy-exporter`: the Proxy exporter's
+"""`python -m poolscope.exporters.proxy` / `poolscope-proxy-exporter`: the Proxy exporter's
 gateway mode, for a Proxy that is not ours (a Python Proxy embeds `ProxyExporter`).
 
     poolscope-proxy-exporter --gateway llmgw --gateway-metrics-url http://router:9090/metrics \\
@@ -10,7 +10,6 @@ cannot be bound.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +18,19 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from exporters.common.argtypes import identifier
-from exporters.common.flags import UsageParser, http_url, sample_interval, seconds
-from exporters.common.identity import ID_RULE
-from exporters.common.web import (
+from poolscope.exporters.common.sampling import sample_interval
+from poolscope.exporters.proxy.gateway import GatewayExporter, GatewayReader
+from poolscope.exporters.proxy.gateways import GATEWAYS
+from poolscope.exporters.proxy.gateways.pool import Pools
+from poolscope.service.argtypes import (
+    OneLineErrorParser,
+    http_url,
+    identifier,
+    label_name,
+    positive_float,
+)
+from poolscope.service.identity import ID_RULE
+from poolscope.service.web import (
     ServiceConfig,
     add_common_flags,
     command,
@@ -31,12 +39,12 @@ from exporters.common.web import (
     serve_until_stopped,
     service_config,
 )
-from exporters.proxy.gateway import GatewayExporter, GatewayReader
-from exporters.proxy.gateways import GATEWAYS
-from exporters.proxy.gateways.pool import Pools
 
 PROG = "poolscope-proxy-exporter"
 DEFAULT_LISTEN = "127.0.0.1:9202"
+# What a bare --pool-label gives: the gateway's own pool label. Not a string, so
+# argparse does not pass it through the label-name check.
+GATEWAY_LABEL = object()
 
 
 @dataclass(frozen=True)
@@ -46,23 +54,23 @@ class Config:
     service: ServiceConfig
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = UsageParser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a gateway's "
-                "own /metrics published as Poolscope's Proxy-side series.")
+def build_parser() -> OneLineErrorParser:
+    p = OneLineErrorParser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a "
+                           "gateway's own /metrics published as Poolscope's Proxy-side series.")
     p.add_argument("--gateway", required=True, choices=sorted(GATEWAYS),
                    help="which gateway's page to read")
-    p.add_argument("--gateway-metrics-url", required=True,
+    p.add_argument("--gateway-metrics-url", required=True, type=http_url,
                    help="the gateway's /metrics URL (llmgw: its admin listener)")
     pools = p.add_mutually_exclusive_group(required=True)
     pools.add_argument("--proxy-id", type=identifier,
                        help=f"every series of the page is this one pool's ({ID_RULE})")
-    pools.add_argument("--pool-label", nargs="?", const="",
+    pools.add_argument("--pool-label", type=label_name, nargs="?", const=GATEWAY_LABEL,
                        help="the gateway label whose value is the pool's proxy_id "
                             "(default: llmgw `pool`, gie `name`)")
-    p.add_argument("--sample-interval", type=float, default=1.0,
-                   help="seconds between reads of the gateway page (default 1)")
-    p.add_argument("--gateway-timeout", type=float, default=2.0,
-                   help="seconds one read may take (default 2)")
+    p.add_argument("--sample-interval", type=sample_interval, default=1.0,
+                   help="seconds between reads of the gateway page (default %(default)g)")
+    p.add_argument("--gateway-timeout", type=positive_float, default=2.0,
+                   help="seconds one read may take (default %(default)g)")
     p.add_argument("--gateway-bearer-token-file", type=Path, metavar="FILE",
                    help="send 'Authorization: Bearer <token>' (the file's content) to the "
                         "gateway; GIE's endpoint picker asks for one by default")
@@ -71,17 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Sequence[str] | None = None) -> Config:
-    args = build_parser().parse_args(argv)
+    """Parse and validate; raises UsageError with a one-line message."""
+    args = build_parser().parse(argv)
     gateway = GATEWAYS[args.gateway]
     pools = (Pools(proxy_id=args.proxy_id) if args.proxy_id is not None
-             else Pools(label=args.pool_label or gateway.pool_label))
-    interval = sample_interval("--sample-interval", args.sample_interval)
-    timeout = seconds("--gateway-timeout", args.gateway_timeout)
-    url = http_url("--gateway-metrics-url", args.gateway_metrics_url)
+             else Pools(label=gateway.pool_label if args.pool_label is GATEWAY_LABEL
+                        else args.pool_label))
     token = (read_token(args.gateway_bearer_token_file, "--gateway-bearer-token-file")
              if args.gateway_bearer_token_file else None)
-    reader = GatewayReader(gateway, url, pools, timeout, token)
-    return Config(reader, interval, service_config(args))
+    reader = GatewayReader(gateway, args.gateway_metrics_url, pools, args.gateway_timeout, token)
+    return Config(reader, args.sample_interval, service_config(args))
 
 
 def make_app(exporter: GatewayExporter, auth_token: str | None = None) -> web.Application:

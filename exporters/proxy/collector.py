@@ -4,7 +4,7 @@ Nothing is mirrored into client_python Gauges per request; every scrape reads
 the registry, the dispatch counters and the queues as they are, so a series
 exists exactly while what it describes does — a deregistered Instance leaves
 no label set behind, a queue with nobody waiting has no oldest age, and an
-Instance never dispatched to has no idle time (unknown, not idle; seed 002).
+Instance never dispatched to has no idle time (unknown, not idle).
 
 Beside the per-Instance series (drill-down, the Proxy bridge's local view) it
 publishes the pool's counts (registered, alive, stale, idle, idle unknown), its
@@ -27,12 +27,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporters.common import catalog as c
-from exporters.common.thresholds import IDLE_S
-from exporters.proxy.clock import SYSTEM_CLOCK, Clock
-from exporters.proxy.dispatch import DispatchTracker
-from exporters.proxy.queues import REJECTION_REASONS, QueueMetrics
-from exporters.proxy.registry import InstanceRegistry
+from poolscope.exporters.common import catalog as c
+from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from poolscope.exporters.proxy.dispatch import DispatchTracker
+from poolscope.exporters.proxy.queues import REJECTION_REASONS, QueueMetrics
+from poolscope.exporters.proxy.registry import InstanceRegistry
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 Inflight is maintained by request execution itself: `track(instance_id)` is an
 async context manager entered when a request is dispatched to an Instance and
 left however it ends — completion, error, timeout or cancellation — so the
-count cannot leak and is never a heartbeat-reported guess (seed 000: inflight
-comes from the Proxy's own dispatches). `request()` counts every request the
+count cannot leak and is never a heartbeat-reported guess (inflight comes from
+the Proxy's own dispatches). `request()` counts every request the
 Proxy accepted by its final outcome, including those that never reached an
 Instance (rejected by a full queue, timed out in a queue).
 
@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from exporters.common.catalog import OUTCOMES
-from exporters.proxy.clock import SYSTEM_CLOCK, Clock
-from exporters.proxy.histogram import REQUEST_DURATION_BUCKETS, Histogram
-
-if TYPE_CHECKING:
-    from exporters.proxy.registry import InstanceRegistry
+from poolscope.exporters.common.catalog import OUTCOMES
+from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from poolscope.exporters.proxy.histogram import REQUEST_DURATION_BUCKETS, Histogram
 
 Outcome = Literal["ok", "error", "timeout", "rejected", "cancelled"]
 
@@ -131,19 +129,22 @@ class DispatchTracker:
     Keeping dispatch stats on the registry's Instance record means that
     deregistering an Instance drops its series in one step; a dispatch still in
     flight at that moment finishes on the orphaned record and resurrects nothing.
+    The registry is reached through `stats_of` (an id's stats, or None when it is
+    not registered), so this module needs nothing from the registry's.
     """
 
-    def __init__(self, registry: InstanceRegistry, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._registry = registry
+    def __init__(self, stats_of: Callable[[str], DispatchStats | None],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._stats_of = stats_of
         self._clock = clock
         self.requests: Counter[str] = Counter()
 
     def track(self, instance_id: str) -> Dispatch:
         """`async with tracker.track(id) as d:` around the request's time at the Instance."""
-        instance = self._registry.get(instance_id)
-        if instance is None:
+        stats = self._stats_of(instance_id)
+        if stats is None:
             raise UnknownInstance(instance_id)
-        return Dispatch(instance.dispatch, self._clock)
+        return Dispatch(stats, self._clock)
 
     def request(self) -> Request:
         """`async with tracker.request() as r:` around the whole accepted request."""

@@ -10,7 +10,7 @@
 
 No threads: every method is a plain, non-blocking call on the event loop, and
 the collector reads the same objects at scrape time. Serve /metrics from the
-loop too (the demo Proxy's aiohttp handler does) so a scrape never reads a
+loop too (deploy/demo/embedded_proxy.py does) so a scrape never reads a
 half-updated record.
 """
 
@@ -20,11 +20,11 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from exporters.proxy.clock import SYSTEM_CLOCK, Clock
-from exporters.proxy.collector import ProxyCollector
-from exporters.proxy.dispatch import DispatchTracker
-from exporters.proxy.queues import QueueMetrics
-from exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT, InstanceRegistry
+from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from poolscope.exporters.proxy.collector import ProxyCollector
+from poolscope.exporters.proxy.dispatch import DispatchTracker
+from poolscope.exporters.proxy.queues import QueueMetrics
+from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT, InstanceRegistry
 
 
 class ProxyExporter:
@@ -37,7 +37,7 @@ class ProxyExporter:
         self.proxy_id = proxy_id
         self.clock = clock
         self.instances = InstanceRegistry(heartbeat_timeout, clock)
-        self.dispatch = DispatchTracker(self.instances, clock)
+        self.dispatch = DispatchTracker(self.instances.dispatch_stats, clock)
         self.collector = ProxyCollector(proxy_id, self.instances, self.dispatch, (), clock)
 
     def add_queue(self, name: str, depth: Callable[[], int],

@@ -18,13 +18,13 @@ import aiohttp
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from exporters.common import catalog as c
-from exporters.common.fetch import FETCH_REASONS, fetch_text
-from exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
-from exporters.common.identity import Identity
-from exporters.common.sampling import SamplingLoop, Slot
-from exporters.proxy.gateways import Gateway
-from exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from poolscope.exporters.common import catalog as c
+from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_text
+from poolscope.exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
+from poolscope.exporters.common.sampling import SamplingLoop, Slot
+from poolscope.exporters.proxy.gateways import Gateway
+from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from poolscope.service.identity import Identity
 
 COLLECTOR_NAME = "gateway"
 PROXY_HEALTH = HealthFamilies(

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from exporters.common.catalog import QUEUES
-from exporters.proxy.clock import SYSTEM_CLOCK, Clock
-from exporters.proxy.histogram import QUEUE_WAIT_BUCKETS, Histogram
+from poolscope.exporters.common.catalog import QUEUES
+from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from poolscope.exporters.proxy.histogram import QUEUE_WAIT_BUCKETS, Histogram
 
 RejectionReason = Literal["full", "timeout"]
 REJECTION_REASONS: tuple[RejectionReason, ...] = ("full", "timeout")

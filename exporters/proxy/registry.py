@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporters.proxy.clock import SYSTEM_CLOCK, Clock
-from exporters.proxy.dispatch import DispatchStats
+from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
+from poolscope.exporters.proxy.dispatch import DispatchStats
 
 DEFAULT_HEARTBEAT_TIMEOUT = 10.0
 
@@ -83,6 +83,11 @@ class InstanceRegistry:
 
     def get(self, instance_id: str) -> Instance | None:
         return self._instances.get(instance_id)
+
+    def dispatch_stats(self, instance_id: str) -> DispatchStats | None:
+        """The dispatch tracker's view of an Instance: its stats, or None if unregistered."""
+        instance = self._instances.get(instance_id)
+        return instance.dispatch if instance is not None else None
 
     def instances(self) -> list[Instance]:
         """Every registered Instance, in registration order (a copy, safe to iterate)."""

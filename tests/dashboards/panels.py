@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from dashboards import HERE
-from exporters.common import catalog
-from scheduler_bridge.fields import rollup_names
+from poolscope.bridge.fields import rollup_names
+from poolscope.exporters.common import catalog
 
 REPO = HERE.parent
 DASHBOARD_FILES = sorted(HERE.glob("*.json"))

@@ -12,6 +12,7 @@ import asyncio
 import heapq
 import itertools
 import json
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -25,10 +26,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from deploy.demo import engine_sim
+from deploy.demo import engine_sim, sim_registration
 from deploy.demo.engine_sim import SimulatedEngine, estimate_prompt_tokens, start
 from deploy.demo.sim_registration import Registrar, RegistrationConfig
 from deploy.demo.sim_scheduler import EngineConfig
+from tests.support import polling
 from tests.support.prometheus import free_port
 
 MODEL = "sim-test"
@@ -63,17 +65,7 @@ class ManualClock:
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
     """Poll until the (async) predicate holds; the timeout only bounds a broken run."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"never reached: {what}")
-        await asyncio.sleep(0.005)
+    await polling.until(predicate, bool, what, timeout)
 
 
 def config(**overrides: Any) -> EngineConfig:
@@ -394,11 +386,14 @@ async def test_forgotten_instance_registers_again() -> None:
     assert cp.calls[2][1]["capacity"] is None
 
 
-async def test_proxy_down_at_start_is_retried_until_it_comes_up() -> None:
+async def test_proxy_down_at_start_is_retried_until_it_comes_up(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger=sim_registration.__name__)
     port = free_port()
     registrar = Registrar(registration(f"http://127.0.0.1:{port}"))
     await registrar.start()
-    await asyncio.sleep(0.1)  # several refused attempts
+    await until(lambda: sum("register to" in r.getMessage() for r in caplog.records) >= 2,
+                "two refused attempts")
     assert not registrar.registered
     cp = ControlPlane()
     async with control_plane(cp, port=port):

@@ -14,10 +14,10 @@ import tomllib
 from collections.abc import Callable, Sequence
 from contextlib import redirect_stderr
 
-from exporters.common.web import UsageError
-from exporters.instance.config import parse as parse_instance_exporter
-from proxy_bridge.__main__ import parser as proxy_bridge_parser
-from scheduler_bridge.__main__ import build_parser as scheduler_bridge_parser
+from poolscope.exporters.instance.config import parse as parse_instance_exporter
+from poolscope.proxy_bridge.__main__ import build_parser as proxy_bridge_parser
+from poolscope.scheduler_bridge.__main__ import build_parser as scheduler_bridge_parser
+from poolscope.service.argtypes import UsageError
 from tests.support.prometheus import REPO
 
 

@@ -40,4 +40,4 @@ def test_rejects_unknown_program() -> None:
     with pytest.raises(BadArguments, match="console script"):
         check_command(["/usr/bin/poolscope-nope"])
     with pytest.raises(BadArguments, match="may start"):
-        check_command(["poolscope-loadgen"])
+        check_command(["poolscope-status"])

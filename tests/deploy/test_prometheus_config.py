@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.common.catalog import all_families
+from poolscope.exporters.common.catalog import all_families
 from tests.deploy.prometheus_config import (
     CONFIG,
     EXPORTER_JOBS,

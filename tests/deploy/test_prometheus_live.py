@@ -49,7 +49,7 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
     exporter = f"127.0.0.1:{free_port()}"
     proxy = f"127.0.0.1:{free_port()}"
     try:
-        child = group.start_python("exporter", "exporters.instance", "--instance-id",
+        child = group.start_python("exporter", "poolscope.exporters.instance", "--instance-id",
                                    INSTANCE_ID, "--proxy-id", PROXY_ID, "--listen", exporter)
         wait_ready(f"http://{exporter}/healthz", child)
         child = group.start_python("proxy", "deploy.demo.proxy", "--proxy-id", PROXY_ID,
@@ -91,7 +91,7 @@ def prometheus(workdir: Path, cluster: Cluster) -> Iterator[Prometheus]:
     rules = [p for pattern in load()["rule_files"] for p in resolve(pattern)]
     with running_prometheus(workdir / "prometheus", jobs, rule_files=rules) as prom:
         bridge = cluster.group.start_python(
-            "scheduler-bridge", "scheduler_bridge", "--prometheus-url", prom.url,
+            "scheduler-bridge", "poolscope.scheduler_bridge", "--prometheus-url", prom.url,
             "--listen", f"127.0.0.1:{cluster.bridge_port}")
         wait_ready(f"http://127.0.0.1:{cluster.bridge_port}/healthz", bridge)
         yield prom

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporters.common import catalog
-from scheduler_bridge.audit import documented_path, render_into
-from scheduler_bridge.fields import FIELDS, GPU_FIELDS
+from poolscope.bridge.audit import documented_path, render_into
+from poolscope.bridge.fields import FIELDS, GPU_FIELDS
+from poolscope.exporters.common import catalog
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "metrics.md"
@@ -38,7 +38,7 @@ def unknown_series(text: str) -> set[str]:
 
 def test_generated_tables_match_the_code() -> None:
     text = DOC.read_text()
-    assert render_into(text) == text, "regenerate: python -m scheduler_bridge.audit --write ..."
+    assert render_into(text) == text, "regenerate: python -m poolscope.bridge.audit --write ..."
 
 
 @pytest.mark.parametrize("path", [documented_path(f.path) for f in (*FIELDS, *GPU_FIELDS)])

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from exporters.instance.service import InstanceExporter, Settings
+from poolscope.exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import FakeNvml, three_gpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.common import catalog
-from exporters.instance.admission import (
+from poolscope.exporters.common import catalog
+from poolscope.exporters.instance.admission import (
     AdmissionInputs,
     AdmissionState,
     AdmissionThresholds,
     decide,
 )
-from exporters.instance.capacity import Capacity
-from exporters.instance.engine import EngineSample
+from poolscope.exporters.instance.capacity import Capacity
+from poolscope.exporters.instance.engine import EngineSample
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text, labels
 
 TH = AdmissionThresholds()

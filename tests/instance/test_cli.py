@@ -6,22 +6,22 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
-from exporters.common.thresholds import FRESH_S
-from exporters.common.web import UsageError
-from exporters.instance.config import parse
+from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.exporters.instance.config import parse
+from poolscope.service.argtypes import UsageError
 from tests.support.commands import command_process
+from tests.support.polling import eventually
 from tests.support.prometheus import free_port, wait_http
 
 BASE = ["--instance-id", "i-1", "--proxy-id", "p-1"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporters.instance", *args],
+    return subprocess.run([sys.executable, "-m", "poolscope.exporters.instance", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -54,17 +54,18 @@ def test_defaults_are_loopback_and_one_second() -> None:
 
 def test_runs_drains_on_sigusr1_and_exits_0_on_sigterm() -> None:
     port = free_port()
-    with command_process("exporters.instance", *BASE, "--listen", f"127.0.0.1:{port}") as proc:
+    with command_process("poolscope.exporters.instance", *BASE,
+                         "--listen", f"127.0.0.1:{port}") as proc:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         proc.send_signal(signal.SIGUSR1)
         url = f"http://127.0.0.1:{port}/v1/resource/snapshot"
-        state = None
-        deadline = time.monotonic() + 30  # generous: CI may be busy; not a timing check
-        while state != "draining" and time.monotonic() < deadline:
+
+        def admission_state() -> str:
             with urllib.request.urlopen(url, timeout=5) as r:
-                state = json.load(r)["capacity_hint"]["admission_state"]
-            time.sleep(0.05)
-        assert state == "draining"
+                return str(json.load(r)["capacity_hint"]["admission_state"])
+
+        # 30 s: generous, CI may be busy; not a timing check.
+        eventually(admission_state, lambda state: state == "draining", 30, "draining after SIGUSR1")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
 

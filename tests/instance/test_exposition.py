@@ -12,10 +12,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from exporters.common import catalog
-from exporters.common.exposition import RoundCache
-from exporters.instance.server import make_app
-from exporters.instance.service import InstanceExporter
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.exposition import RoundCache
+from poolscope.exporters.instance.server import make_app
+from poolscope.exporters.instance.service import InstanceExporter
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text, labels
 
 AGE = catalog.COLLECTOR_SAMPLE_AGE.name

@@ -10,12 +10,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.common import catalog
-from exporters.common.exposition import RoundCache
-from exporters.common.health import ErrorReason
-from exporters.common.sampling import SampleError
-from exporters.instance import gpu as gpu_module
-from exporters.instance.gpu import GpuReader
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.exposition import RoundCache
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.instance import gpu as gpu_module
+from poolscope.exporters.instance.gpu import GpuReader
 from tests.instance.conftest import MakeExporter, health, labels, names
 from tests.instance.fakes import FakeGpu, FakeNvml, three_gpus
 
@@ -205,7 +205,7 @@ async def test_a_gpu_never_read_is_counted_unhealthy_under_an_empty_model(
 async def test_the_served_page_shows_a_gpu_failing_on_the_next_sample(
         make_exporter: MakeExporter) -> None:
     """The aggregates are cached with the rest of the sampled part of the page
-    (exporters.common.exposition), so a GPU sample must invalidate them too."""
+    (poolscope.exporters.common.exposition), so a GPU sample must invalidate them too."""
     nvml = three_gpus()
     exporter, _ = make_exporter(nvml=nvml)
     await exporter.loop.sample_all()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.common.health import ErrorReason
-from exporters.common.identity import Identity
-from exporters.common.sampling import SampleError
-from exporters.instance.host import HostReader
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.instance.host import HostReader
+from poolscope.service.identity import Identity
 from tests.instance.fakes import FakePsutil, NicIo, cpu
 
 IDS = Identity("proxy-a", "inst-1")

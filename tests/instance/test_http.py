@@ -1,4 +1,4 @@
-"""The HTTP surface: /metrics, /healthz and the seed-001 snapshot."""
+"""The HTTP surface: /metrics, /healthz and the Resource Agent's snapshot."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.common import catalog
-from exporters.instance.server import make_app
+from poolscope.exporters.common import catalog
+from poolscope.exporters.instance.server import make_app
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text
 from tests.instance.fakes import FakeNvml
 

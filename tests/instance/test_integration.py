@@ -35,7 +35,7 @@ def exporter(vllm_endpoint: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
     log = (tmp_path / "exporter.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporters.instance", "--instance-id", "inst-7",
+        [sys.executable, "-m", "poolscope.exporters.instance", "--instance-id", "inst-7",
          "--proxy-id", "pool-a", "--listen", f"127.0.0.1:{port}",
          "--engine-metrics-url", vllm_endpoint, "--sample-interval", "0.5"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from exporters.common.health import ErrorReason
-from exporters.common.sampling import SampleError
-from exporters.instance.capacity import LEARN_STEP_S, LEARN_WINDOW_S, Capacity
-from exporters.instance.engine import MAX_PLAUSIBLE_RUNNING, EngineSample, interpret
-from exporters.instance.engines import VLLM
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.instance.capacity import LEARN_STEP_S, LEARN_WINDOW_S, Capacity
+from poolscope.exporters.instance.engine import MAX_PLAUSIBLE_RUNNING, EngineSample, interpret
+from poolscope.exporters.instance.engines import VLLM
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text, health, labels
 
 RUNNING = ('vllm:num_requests_running{engine="0",model_name="meta-llama/'

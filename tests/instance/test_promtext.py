@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.common.promtext import PromTextError, prefixes_on_page, select
+from poolscope.exporters.common.promtext import PromTextError, prefixes_on_page, select
 
 
 def test_label_values_are_unescaped_and_sorted_by_name() -> None:

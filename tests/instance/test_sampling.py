@@ -10,12 +10,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporters.common import catalog
-from exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
-from exporters.common.identity import Identity
-from exporters.common.sampling import SampleError, SamplingLoop
-from exporters.common.thresholds import FRESH_S
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
+from poolscope.exporters.common.sampling import SampleError, SamplingLoop
+from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.service.identity import Identity
 from tests.instance.conftest import MakeExporter, health
+from tests.support.polling import until
 
 IDS = Identity("proxy-a", "inst-1")
 
@@ -164,8 +165,7 @@ async def test_background_loop_samples_until_stopped(make_exporter: MakeExporter
     await exporter.start()
     gpu = exporter.gpu.health
     before = gpu.last_success_wall
-    while gpu.last_success_wall == before:  # bounded by the test timeout, not a timed assert
-        await asyncio.sleep(0.01)
+    await until(lambda: gpu.last_success_wall, lambda t: t != before, "a background GPU sample")
     await exporter.stop()
     assert not exporter.loop._tasks
     assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 1

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from deploy.demo.cluster import Cluster
-from scheduler_bridge.fields import FIELDS
+from poolscope.bridge.fields import FIELDS
 from tests.support.cluster import demo_cluster
 from tests.support.polling import eventually
 from tests.support.prometheus import Prometheus
@@ -28,7 +28,7 @@ POOLS = {"pool-1", "pool-2"}
 # fault; a wrong rule or field fails every try.
 SETTLE_S = 30
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "scheduler_bridge" / "schema" /
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "bridge" / "schema" /
                      "pool_summary.schema.json").read_text())
 
 
@@ -132,13 +132,10 @@ def test_rollup_agrees_with_raw_series(prom: Prometheus, rollup: str) -> None:
 def test_every_rollup_the_bridge_needs_exists(prom: Prometheus) -> None:
     # GPU rollups are absent on a machine without GPUs: that absence is the contract.
     expected = {f.rollup for f in FIELDS if "gpu" not in f.rollup}
-    deadline = time.monotonic() + 60  # rate()-based rollups need a second scrape first
-    while True:
-        present = {s["metric"]["__name__"] for s in prom.query('{__name__=~"proxy_pool:.+"}')}
-        if expected <= present or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert expected - present == set()
+    # 60 s: rate()-based rollups need a second scrape first.
+    present = eventually(
+        lambda: {s["metric"]["__name__"] for s in prom.query('{__name__=~"proxy_pool:.+"}')},
+        lambda names: expected <= names, 60, "every rollup the bridge needs")
     assert not any("gpu_util" in name for name in present)
 
 
@@ -181,13 +178,9 @@ def test_scheduler_bridge_serves_both_pools_measured_or_null(cluster: Cluster,
 
 def test_pools_follow_the_load_they_were_given(prom: Prometheus) -> None:
     # Pool 2 is sent twice pool 1's rate; over a minute that must show.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        qps = value_at(prom, "proxy_pool:requests:rate1m", time.time())
-        if qps.get("pool-2", 0) > qps.get("pool-1", 0) * 1.3:
-            break
-        time.sleep(1)
-    assert qps["pool-2"] > qps["pool-1"] * 1.3, qps
+    eventually(lambda: value_at(prom, "proxy_pool:requests:rate1m", time.time()),
+               lambda qps: qps.get("pool-2", 0) > qps.get("pool-1", 0) * 1.3, 60,
+               "pool 2's rate well above pool 1's", every=1)
 
 
 def test_sources_endpoint_explains_null_gpu_fields(cluster: Cluster, prom: Prometheus) -> None:

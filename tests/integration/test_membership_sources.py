@@ -87,7 +87,7 @@ def _self_declared(launcher: Launcher, pool: Pool, instance_id: str) -> str:
 def _adapter(launcher: Launcher, name: str, *args: str) -> str:
     port = port_or_free(0)
     child = launcher.group.start_python(
-        name, "exporters.proxy", *args, "--listen", f"127.0.0.1:{port}",
+        name, "poolscope.exporters.proxy", *args, "--listen", f"127.0.0.1:{port}",
         "--sample-interval", "1", "--gateway-timeout", "1", "--log-level", "WARNING")
     launcher._pending.append((f"http://127.0.0.1:{port}/healthz", child))
     return f"127.0.0.1:{port}"

@@ -188,7 +188,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
         exporter_port = port_or_free(0)
         exporter = launcher.group.start_python(
-            f"exporter-{INSTANCE}", "exporters.instance", "--instance-id", INSTANCE,
+            f"exporter-{INSTANCE}", "poolscope.exporters.instance", "--instance-id", INSTANCE,
             "--proxy-id", POOL, "--listen", f"127.0.0.1:{exporter_port}",
             "--engine-metrics-url", f"{llama}/metrics", "--sample-interval", "1",
             "--engine-timeout", "1")  # --engine auto: detected from the page

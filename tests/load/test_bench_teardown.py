@@ -24,6 +24,7 @@ try:
     print(child.pid, flush=True)
     time.sleep(60)
 finally:
+    print("unwinding", flush=True)
     time.sleep(0.5)  # stopping Prometheus takes a while
     child.terminate()
     child.wait()
@@ -38,7 +39,8 @@ def test_sigterm_unwinds_and_stops_the_children() -> None:
     child = psutil.Process(int(bench.stdout.readline()))
     try:
         bench.terminate()
-        time.sleep(0.2)
+        # The second signal lands while the first one's `finally` is unwinding.
+        assert bench.stdout.readline() == "unwinding\n"
         bench.terminate()
         assert bench.wait(timeout=30) == EXIT_ON_SIGTERM
         assert _ended(child, within=10), "the child outlived its benchmark"

@@ -1,8 +1,9 @@
-"""The Scheduler bridge under concurrent clients: every answer a fresh snapshot, and
-Prometheus asked at most once per cache TTL however many clients ask (issue 9).
+"""The Scheduler bridge under concurrent clients: every answer a fresh snapshot, every
+pool read at most once per evaluation of the rules and Prometheus asked at most once
+per cache TTL, however many clients ask.
 
-The harness is bench/bridge_load.py's, run small enough for `make test`; the issue's
-200 clients x 30 s run is the same test behind POOLSCOPE_LONG=1. Nothing here times
+The harness is bench/bridge_load.py's, run small enough for `make test`; the 200
+clients x 30 s run is the same test behind POOLSCOPE_LONG=1. Nothing here times
 anything: latency figures belong to the benchmark.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bridge_load import Result, run
+from bench.bridge_load import Result, Shape, run
 
 pytestmark = pytest.mark.integration
 
@@ -21,26 +22,28 @@ LONG = os.environ.get("POOLSCOPE_LONG") == "1"
 
 
 def check(result: Result) -> None:
-    assert result.load.requests > result.clients  # every client got past its first answer
+    assert result.load.requests > result.shape.clients  # every client got past its first
     assert not result.load.errors
-    assert result.pools_served == result.pools
-    # More than one refresh: the cache does expire; no more than one per TTL.
-    assert 2 <= result.refreshes <= result.refresh_bound
-    # Two queries per refresh (one shard, and the rollups' timestamps), and Prometheus
-    # saw exactly what the bridge sent: the bound holds on the backend, not only in the
-    # bridge's own account.
-    assert result.backend_queries == 2 * result.refreshes
+    assert result.pools_served == result.shape.pools
+    # The rollups moved during the run and were read again; no more than once per
+    # evaluation, and no more backend rounds than one per TTL.
+    assert 1 <= result.refreshes <= result.refresh_bound
+    assert result.probes.get("moved", 0) == result.refreshes  # each read followed a move
+    assert result.rounds <= result.round_bound
+    # Two queries per full read (one shard, and the rollups' timestamps), one per probe,
+    # and Prometheus saw exactly what the bridge sent: the bounds hold on the backend,
+    # not only in the bridge's own account.
+    assert result.backend_queries == 2 * result.refreshes + sum(result.probes.values())
     assert result.prometheus_queries == result.backend_queries
-    assert result.cache_lookups.get("miss") == result.refreshes
+    assert result.cache_lookups.get("miss") == result.rounds
 
 
-async def test_fifty_clients_share_one_refresh_per_ttl(tmp_path: Path) -> None:
-    check(await run(clients=50, duration_s=5, pools=20, cache_ttl_s=1.0,
-                    max_requests=1_000_000, workdir=tmp_path))
+async def test_fifty_clients_share_one_read_per_evaluation(tmp_path: Path) -> None:
+    check(await run(Shape(clients=50, pools=20, cache_ttl_s=0.5, evaluation_interval_s=1.0,
+                          duration_s=5), tmp_path))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LONG, reason="the 200 clients x 30 s run needs POOLSCOPE_LONG=1")
 async def test_two_hundred_clients_for_thirty_seconds(tmp_path: Path) -> None:
-    check(await run(clients=200, duration_s=30, pools=100, cache_ttl_s=1.0,
-                    max_requests=1_000_000, workdir=tmp_path))
+    check(await run(Shape(clients=200, pools=100), tmp_path))

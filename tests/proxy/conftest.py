@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from deploy.demo.proxy import EXPORTER, create_app
 from deploy.demo.proxy_chat import PathConfig
-from exporters.proxy import ProxyExporter
+from poolscope.exporters.proxy import ProxyExporter
+from tests.support.polling import until
 
-T = TypeVar("T")
 PROXY_ID = "proxy-test"
 HOLD = "hold"  # a message with this content makes the fake engine wait for release()
 
@@ -38,21 +38,6 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.now_monotonic += seconds
         self.now_wall += seconds
-
-
-async def until(probe: Callable[[], T], ok: Callable[[T], bool], what: str,
-                limit_s: float = 10.0) -> T:
-    """Poll `probe` while other tasks run until `ok` holds; the value that held. The
-    limit only guards against hangs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while True:
-        seen = probe()
-        if ok(seen):
-            return seen
-        if loop.time() > deadline:
-            raise AssertionError(f"never happened within {limit_s:g}s: {what}")
-        await asyncio.sleep(0.005)
 
 
 async def eventually(check: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:

@@ -21,7 +21,7 @@ def test_flags_parse_into_the_documented_config() -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    ["--listen", "8001"],
+    ["--listen", "127.0.0.1:65536"],
     ["--listen", "127.0.0.1:80x"],
     ["--listen", "127.0.0.1:1", "--strategy", "random"],
     ["--listen", "127.0.0.1:1", "--prepare-workers", "0"],

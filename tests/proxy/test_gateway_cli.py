@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.common.web import UsageError
-from exporters.proxy.__main__ import DEFAULT_LISTEN, parse
+from poolscope.exporters.proxy.__main__ import DEFAULT_LISTEN, parse
+from poolscope.service.argtypes import UsageError
 from tests.support.commands import command_process
 from tests.support.polling import eventually
 from tests.support.prometheus import free_port
@@ -27,7 +27,7 @@ BASE = ["--gateway", "llmgw", "--gateway-metrics-url", URL]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporters.proxy", *args],
+    return subprocess.run([sys.executable, "-m", "poolscope.exporters.proxy", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -109,7 +109,7 @@ def _series(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
 def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
     port = free_port()
     with serving((FIXTURES / "llmgw.txt").read_bytes()) as gateway_url, command_process(
-            "exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url", gateway_url,
+            "poolscope.exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url", gateway_url,
             "--pool-label", "--sample-interval", "0.2",
             "--listen", f"127.0.0.1:{port}") as proc:
         base = f"http://127.0.0.1:{port}"

@@ -18,15 +18,15 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from exporters.common import catalog as c
-from exporters.common.health import ErrorReason
-from exporters.common.sampling import SampleError
-from exporters.common.thresholds import FRESH_S
-from exporters.common.web import UsageError
-from exporters.proxy.__main__ import parse
-from exporters.proxy.gateway import GatewayExporter, GatewayReader, reading_families
-from exporters.proxy.gateways import GATEWAYS
-from exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from poolscope.exporters.common import catalog as c
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.exporters.proxy.__main__ import parse
+from poolscope.exporters.proxy.gateway import GatewayExporter, GatewayReader, reading_families
+from poolscope.exporters.proxy.gateways import GATEWAYS
+from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from poolscope.service.argtypes import UsageError
 from tests.proxy.conftest import until
 from tests.support.prometheus import free_port
 

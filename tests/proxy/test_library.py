@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporters.common import catalog
-from exporters.common.thresholds import IDLE_S
-from exporters.proxy import ProxyExporter, UnknownInstance
-from exporters.proxy.histogram import Histogram
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.exporters.proxy import ProxyExporter, UnknownInstance
+from poolscope.exporters.proxy.histogram import Histogram
 from tests.proxy.conftest import PROXY_ID, FakeClock
 
 
@@ -109,9 +109,9 @@ async def test_every_way_out_leaves_inflight_exact(exporter: ProxyExporter) -> N
             raise RuntimeError("engine broke")
     with pytest.raises(TimeoutError):
         async with exporter.dispatch.track("a"), asyncio.timeout(0):
-            await asyncio.sleep(1)
+            await asyncio.sleep(1)  # the work the deadline cuts short: never waited out
     task = asyncio.create_task(hang())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop: the new task runs to its first await
     assert stats.inflight == 1
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -130,7 +130,7 @@ async def test_cancellation_wins_over_an_outcome_set_earlier(exporter: ProxyExpo
             await asyncio.Event().wait()
 
     task = asyncio.create_task(run())
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop: the task is inside its request
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -9,8 +9,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.web import Application
 from prometheus_client import CollectorRegistry
 
-from proxy_bridge.app import create_app
-from scheduler_bridge.app import Settings
+from poolscope.bridge.app import Settings
+from poolscope.proxy_bridge.app import create_app
 from tests.proxy_bridge.pool_data import CannedPool
 from tests.scheduler_bridge.conftest import FakeClock
 

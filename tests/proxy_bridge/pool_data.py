@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from exporters.common import catalog as c
-from proxy_bridge.local_queries import (
+from poolscope.exporters.common import catalog as c
+from poolscope.proxy_bridge.local_queries import (
     FRESHNESS_RULE,
     NETWORK_RX_RULE,
     NETWORK_TX_RULE,

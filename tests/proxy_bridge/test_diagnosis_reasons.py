@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from exporters.common import catalog as c
-from exporters.common.thresholds import FRESH_S
-from proxy_bridge.local_queries import FRESHNESS_RULE
-from scheduler_bridge.fields import FIELDS
+from poolscope.bridge.fields import FIELDS
+from poolscope.exporters.common import catalog as c
+from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY, RATE_EDGE_S
+from poolscope.proxy_bridge.local_queries import FRESHNESS_RULE
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import Series, pool_series, series
@@ -119,7 +119,7 @@ async def test_freshness_when_the_pool_counts_more_members_than_answer(
         detail = _only(reasons, "instance_exporter_down", [])
         assert detail.startswith(COUNTS_MORE), (path, detail)
         assert "but the pool counts more members (instances.total)" in detail, detail
-        assert "within 5m (still counted, as stale)" in detail, detail
+        assert f"within {MEMBER_MEMORY} (still counted, as stale)" in detail, detail
 
 
 async def test_freshness_of_a_registered_pool_with_every_host_fresh_blames_the_rollup(
@@ -141,7 +141,7 @@ async def test_network_with_every_host_sampled_is_the_rate_window(
     for path, reasons in (await _reasons(canned, make_bridge, raw, NETWORK)).items():
         detail = _only(reasons, "rate_window_not_covered", [])
         assert detail == f"every member's host is sampled, but {NULL_WHEN[path]}", detail
-        assert "within 8 s of each end of the last minute" in detail, detail
+        assert f"within {RATE_EDGE_S:g} s of each end of the last minute" in detail, detail
 
 
 async def test_network_with_a_member_exporter_down_is_the_host(

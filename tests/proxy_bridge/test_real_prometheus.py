@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from deploy.demo.cluster import Cluster
-from exporters.common.catalog import HOST_NETWORK_RECEIVE, HOST_NETWORK_TRANSMIT
-from proxy_bridge.app import create_app
-from scheduler_bridge.app import Settings
-from scheduler_bridge.app import create_app as scheduler_app
+from poolscope.bridge.app import Settings
+from poolscope.exporters.common.catalog import HOST_NETWORK_RECEIVE, HOST_NETWORK_TRANSMIT
+from poolscope.proxy_bridge.app import create_app
+from poolscope.scheduler_bridge.app import create_app as scheduler_app
 from tests.proxy_bridge.conftest import Serve
 from tests.scheduler_bridge.conftest import FakeClock
 from tests.support.cluster import demo_cluster

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy_bridge.__main__ import main, parser
-from proxy_bridge.app import create_app
-from proxy_bridge.local_queries import LocalQueries
-from proxy_bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
-from scheduler_bridge.app import Settings
-from scheduler_bridge.queries import EVALUATED_QUERY, snapshot_queries
+from poolscope.bridge.app import Settings
+from poolscope.bridge.queries import EVALUATED_QUERY, snapshot_queries
+from poolscope.proxy_bridge.__main__ import build_parser, main
+from poolscope.proxy_bridge.app import create_app
+from poolscope.proxy_bridge.local_queries import LocalQueries
+from poolscope.proxy_bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series
@@ -133,7 +133,7 @@ async def test_token_guards_all_but_healthz(canned: CannedPool,
 
 
 def test_cli_defaults_and_flags() -> None:
-    args = parser().parse_args(["--proxy-id", PID, "--prometheus-url", "http://a",
+    args = build_parser().parse_args(["--proxy-id", PID, "--prometheus-url", "http://a",
                                 "--prometheus-url", "http://b"])
     assert args.listen == ("127.0.0.1", 8003)
     assert args.proxy_id == PID and args.prometheus_url == ["http://a", "http://b"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from exporters.common import catalog as c
-from proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
-from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
+from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
+from poolscope.exporters.common import catalog as c
+from poolscope.proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series, series

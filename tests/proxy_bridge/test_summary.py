@@ -7,10 +7,10 @@ import re
 
 from prometheus_client import CollectorRegistry
 
-from proxy_bridge.heartbeat import SEED_000_KEYS, heartbeat_payload
-from scheduler_bridge.app import Settings
-from scheduler_bridge.app import create_app as scheduler_app
-from scheduler_bridge.summary import build_summaries, encode_json, parse_value
+from poolscope.bridge.app import Settings
+from poolscope.bridge.summary import build_summaries, encode_json, parse_value
+from poolscope.proxy_bridge.heartbeat import PUBLISHED_KEYS, heartbeat_payload
+from poolscope.scheduler_bridge.app import create_app as scheduler_app
 from tests.proxy_bridge.conftest import PID, MakeBridge, Serve
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series, series
@@ -78,19 +78,19 @@ async def test_unknown_pool_is_404_pointing_at_the_diagnosis(canned: CannedPool,
         assert "/debug/pool_resource_sources" in body["error"]
 
 
-def test_heartbeat_payload_is_the_summary_with_every_seed_000_key() -> None:
+def test_heartbeat_payload_is_the_summary_with_every_published_key() -> None:
     samples = [(m, parse_value(v)) for m, v in pool_series(PID, value="2")]
     summary = build_summaries(samples, 1_700_000_000.0)[PID]
     payload = heartbeat_payload(summary)
     assert encode_json(payload) == encode_json(summary)
     assert payload is not summary and payload["load"] is not summary["load"]
-    for key, subkeys in SEED_000_KEYS.items():
+    for key, subkeys in PUBLISHED_KEYS.items():
         assert key in payload
         for sub in subkeys:
             assert sub in payload[key], f"{key}.{sub}"
 
 
-def test_a_seed_000_consumer_still_finds_its_keys_in_a_thinner_summary() -> None:
+def test_a_consumer_of_the_published_keys_still_finds_its_keys_in_a_thinner_summary() -> None:
     thin = {"schema_version": 1, "proxy_id": PID, "load": None,
             "instances": {"total": 3, "idle": 1}}
     payload = heartbeat_payload(thin)

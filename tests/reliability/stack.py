@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
-from exporters.common.web import HttpLimits, serving
-from exporters.instance.server import make_app
-from exporters.instance.service import InstanceExporter
+from poolscope.exporters.instance.server import make_app
+from poolscope.exporters.instance.service import InstanceExporter
+from poolscope.service.web import HttpLimits, serving
 from tests.support.prometheus import Prometheus
 
 T = TypeVar("T")
@@ -154,7 +154,7 @@ class Launcher:
     def exporter(self, pool: Pool, instance_id: str, *extra: str) -> str:
         port = port_or_free(0)
         child = self.group.start_python(
-            f"exporter-{instance_id}", "exporters.instance", "--instance-id", instance_id,
+            f"exporter-{instance_id}", "poolscope.exporters.instance", "--instance-id", instance_id,
             "--proxy-id", pool.proxy_id, "--listen", f"127.0.0.1:{port}",
             "--engine-metrics-url", f"{pool.engines[instance_id]}/metrics", "--engine", "vllm",
             "--sample-interval", "1", "--engine-timeout", "1", *extra)
@@ -172,8 +172,10 @@ class Launcher:
         port = port_or_free(0)
         urls = [a for b in backends for a in ("--prometheus-url", b)]
         child = self.group.start_python(
-            name, "scheduler_bridge", *urls, "--listen", f"127.0.0.1:{port}",
-            "--cache-ttl", "0.5", "--query-timeout", "1", "--log-level", "WARNING",
+            name, "poolscope.scheduler_bridge", *urls, "--listen", f"127.0.0.1:{port}",
+            # the rules run every second here (tests/support/prometheus)
+            "--cache-ttl", "0.5", "--evaluation-interval", "1",
+            "--query-timeout", "1", "--log-level", "WARNING",
             # a refresh slowed by a loaded box is waited for (a failover takes up to the
             # query timeout per backend); serving a late one stale is tested on its own
             "--answer-within", "10", *extra)

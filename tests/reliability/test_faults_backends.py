@@ -34,7 +34,6 @@ from tests.support.prometheus import Prometheus, running_prometheus, scrape_conf
 pytestmark = pytest.mark.integration
 
 STALE_AFTER_S = 3.0
-CACHE_TTL_S = 0.5  # Launcher.scheduler_bridge's --cache-ttl
 LOAD_RPS = 8.0
 BOUND_S = 15  # a few refreshes, scrapes and evaluations
 
@@ -85,7 +84,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         with running_prometheus(workdir / "a", jobs) as a, \
                 running_prometheus(workdir / "b", jobs) as b:
             assert a.process is not None
-            stale = ("--stale-after", f"{STALE_AFTER_S:g}")
+            stale = ("--stale-after", f"{STALE_AFTER_S:g}", "--fresh-for", f"{STALE_AFTER_S:g}")
             restartable = Restartable(a, a.process)
             stack = Stack(restartable, b, launcher.scheduler_bridge("bridge-a", [a.url], *stale),
                           launcher.scheduler_bridge("bridge-ab", [a.url, b.url], *stale),
@@ -174,7 +173,7 @@ def test_ha_pair_losing_its_primary_loses_no_response(stack: Stack) -> None:
     thread = threading.Thread(target=client)
     thread.start()
     try:
-        time.sleep(CACHE_TTL_S * 2)
+        eventually(lambda: len(answers), lambda n: n > 0, BOUND_S, "answers before the kill")
         before_kill = len(answers)
         stack.a.stop(signal.SIGKILL)
         b = stack.b.url.rstrip("/")

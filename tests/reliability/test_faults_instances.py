@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from exporters.instance.service import InstanceExporter, Settings
-from scheduler_bridge.fields import FIELDS
+from poolscope.bridge.fields import FIELDS
+from poolscope.exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import FakeGpu, FakeNvml
 from tests.reliability.stack import (
     InProcessExporter,

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from exporters.common.identity import valid_id
-from scheduler_bridge.app import Settings, create_app
-from scheduler_bridge.queries import EVALUATED_QUERY, snapshot_queries
+from poolscope.bridge.app import Settings
+from poolscope.bridge.queries import EVALUATED_QUERY, snapshot_queries
+from poolscope.scheduler_bridge.app import create_app
+from poolscope.service.identity import valid_id
 from tests.reliability.stack import ThreadedLoop
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 

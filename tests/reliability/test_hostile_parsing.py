@@ -21,17 +21,17 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporters.common.health import ErrorReason
-from exporters.common.promtext import PromTextError, select
-from exporters.common.sampling import SampleError
-from exporters.instance import snapshot
-from exporters.instance.engine import EngineReader, EngineSample, detect, interpret
-from exporters.instance.engines import MAPPINGS, EngineMapping
-from exporters.instance.gpu import GpuIdentity, GpuReading, GpuSample
-from exporters.instance.host import HostSample, NicCounters
-from exporters.instance.service import InstanceExporter, Settings
-from scheduler_bridge.fields import FIELDS
-from scheduler_bridge.summary import build_snapshot, encode_json
+from poolscope.bridge.fields import FIELDS
+from poolscope.bridge.summary import build_snapshot, encode_json
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.promtext import PromTextError, select
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.instance import snapshot
+from poolscope.exporters.instance.engine import EngineReader, EngineSample, detect, interpret
+from poolscope.exporters.instance.engines import MAPPINGS, EngineMapping
+from poolscope.exporters.instance.gpu import GpuIdentity, GpuReading, GpuSample
+from poolscope.exporters.instance.host import HostSample, NicCounters
+from poolscope.exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import three_gpus
 from tests.reliability.stack import ThreadedLoop
 

@@ -27,14 +27,14 @@ import pytest
 from aiohttp import web
 
 from deploy.demo.processes import port_or_free, stop_group
-from exporters.common.web import HttpLimits, UsageError, guarded, serving
-from exporters.instance.config import parse
-from exporters.instance.server import make_app
-from exporters.instance.service import InstanceExporter, Settings
+from poolscope.exporters.instance.config import parse
+from poolscope.exporters.instance.server import make_app
+from poolscope.exporters.instance.service import InstanceExporter, Settings
+from poolscope.service.argtypes import UsageError
+from poolscope.service.web import HttpLimits, guarded, serving
 from tests.instance.fakes import three_gpus
-from tests.proxy.conftest import until
 from tests.reliability.stack import fetch, self_signed_certificate
-from tests.support.polling import eventually
+from tests.support.polling import eventually, until
 from tests.support.prometheus import running_prometheus
 
 TOKEN = "s3cret-t0ken"
@@ -102,19 +102,6 @@ async def status_or_0(address: ADDRESS, request: bytes) -> int:
     return status_of(line) if line else 0
 
 
-async def until_answered(address: ADDRESS, request: bytes, expected: int,
-                         limit_s: float = 10.0) -> int:
-    """Ask on a new connection each time until the answer is `expected`; the last
-    status seen. The limit only guards against hangs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while (status := await status_or_0(address, request)) != expected:
-        if loop.time() > deadline:
-            break
-        await asyncio.sleep(0.05)
-    return status
-
-
 # --- request size ------------------------------------------------------------
 
 @pytest.mark.parametrize("request_bytes", [
@@ -171,8 +158,8 @@ async def test_a_cap_held_by_requests_in_progress_answers_503_then_recovers() ->
             assert status_of(await asyncio.wait_for(reader.readline(), 10)) == 200
         for _, writer in held:
             writer.close()
-        status = await until_answered(address, get_request("/healthz"), 200)
-    assert status == 200
+        await until(lambda: status_or_0(address, get_request("/healthz")), lambda s: s == 200,
+                    "a new connection answered once the held ones closed")
 
 
 async def test_idle_keep_alive_connections_give_up_their_slots_longest_idle_first() -> None:
@@ -328,13 +315,14 @@ def test_exporter_process_survives_a_connection_flood_under_a_small_fd_limit(
     log = tmp_path / "exporter.log"
     # A burst may briefly exhaust descriptors (asyncio logs EMFILE and retries): what
     # must hold is that the exporter keeps answering, checked inside.
-    assert_survives_a_flood(["exporters.instance", "--instance-id", "i", "--proxy-id", "p"],
-                            log, nofile=256)
+    assert_survives_a_flood(
+        ["poolscope.exporters.instance", "--instance-id", "i", "--proxy-id", "p"],
+        log, nofile=256)
 
 
 @pytest.mark.parametrize("argv", [
-    ["scheduler_bridge"],
-    ["proxy_bridge", "--proxy-id", "hp_127.0.0.1:8001"],
+    ["poolscope.scheduler_bridge"],
+    ["poolscope.proxy_bridge", "--proxy-id", "hp_127.0.0.1:8001"],
 ], ids=["scheduler", "proxy"])
 def test_bridge_survives_a_connection_flood_under_a_small_fd_limit(
         tmp_path: Path, argv: list[str]) -> None:
@@ -421,7 +409,8 @@ def tls_exporter(certificate: tuple[Path, Path], token_file: Path,
                  tmp_path: Path) -> Iterator[str]:
     port = port_or_free(0)
     cert, key = certificate
-    proc = _limited_process(["exporters.instance", "--instance-id", "tls-1", "--proxy-id", "p",
+    proc = _limited_process(["poolscope.exporters.instance", "--instance-id", "tls-1",
+                             "--proxy-id", "p",
                              "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert),
                              "--tls-key", str(key), "--auth-token-file", str(token_file)],
                             tmp_path / "exporter.log", nofile=1024)
@@ -436,7 +425,7 @@ def tls_bridge(certificate: tuple[Path, Path], token_file: Path,
                tmp_path: Path) -> Iterator[str]:
     port = port_or_free(0)
     cert, key = certificate
-    proc = _limited_process(["scheduler_bridge", "--prometheus-url", "http://127.0.0.1:9",
+    proc = _limited_process(["poolscope.scheduler_bridge", "--prometheus-url", "http://127.0.0.1:9",
                              "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert),
                              "--tls-key", str(key), "--auth-token-file", str(token_file)],
                             tmp_path / "bridge.log", nofile=1024)

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from exporters.common.identity import ID_RULE
-from exporters.instance.__main__ import main as instance_exporter
-from exporters.instance.config import parse as parse_instance
-from exporters.proxy.__main__ import main as proxy_exporter
-from exporters.proxy.__main__ import parse as parse_proxy
-from proxy_bridge.__main__ import main as proxy_bridge
-from proxy_bridge.__main__ import parser as proxy_bridge_parser
+from poolscope.exporters.instance.__main__ import main as instance_exporter
+from poolscope.exporters.instance.config import parse as parse_instance
+from poolscope.exporters.proxy.__main__ import main as proxy_exporter
+from poolscope.exporters.proxy.__main__ import parse as parse_proxy
+from poolscope.proxy_bridge.__main__ import build_parser as proxy_bridge_parser
+from poolscope.proxy_bridge.__main__ import main as proxy_bridge
+from poolscope.service.identity import ID_RULE
 
 Main = Callable[[Sequence[str] | None], int]
 Parse = Callable[[Sequence[str]], object]
@@ -95,7 +95,7 @@ def test_the_longest_id_of_every_allowed_character_is_accepted(script: str) -> N
 @pytest.mark.parametrize("flag", ["--instance-id", "--proxy-id"])
 def test_instance_exporter_process_refuses_non_utf8_id_bytes(flag: str, taken_listen: str) -> None:
     ids = {"--instance-id": b"i-1", "--proxy-id": b"p-1", flag: NON_UTF8}
-    argv = [sys.executable.encode(), b"-m", b"exporters.instance",
+    argv = [sys.executable.encode(), b"-m", b"poolscope.exporters.instance",
             b"--listen", taken_listen.encode(),
             *(b for name, value in ids.items() for b in (name.encode(), value))]
     result = subprocess.run(argv, capture_output=True, timeout=60)

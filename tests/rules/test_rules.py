@@ -3,7 +3,7 @@
 Each promtool test case runs on its own, so a failure names the case; a
 mutated expectation must make promtool fail, so a harness that passed
 everything would be caught. vmalert loads the same files, because a scale-out
-deployment runs them there (DESIGN.md, Scale).
+deployment runs them there (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler_bridge.fields import FIELDS, Kind, rollup_names
+from poolscope.bridge.fields import FIELDS, Kind, rollup_names
 from tests.support.prometheus import REPO, binary
 
 RULES_DIR = REPO / "rules"

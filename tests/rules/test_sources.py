@@ -7,8 +7,8 @@ import re
 
 import yaml
 
-from exporters.common import catalog
-from scheduler_bridge.fields import MEMBERSHIP_SOURCES
+from poolscope.bridge.fields import MEMBERSHIP_SOURCES
+from poolscope.exporters.common import catalog
 from tests.support.prometheus import RULE_FILES
 
 RULES = {r["record"]: r["expr"] for path in RULE_FILES
@@ -31,6 +31,6 @@ def test_the_engine_stand_in_is_named_as_the_catalog_names_it() -> None:
 
 
 def test_every_gateway_adapter_has_a_place_in_the_precedence() -> None:
-    from exporters.proxy.gateways import GATEWAYS
+    from poolscope.exporters.proxy.gateways import GATEWAYS
 
     assert [catalog.gateway_source(g) for g in GATEWAYS] == list(MEMBERSHIP_SOURCES[1:-1])

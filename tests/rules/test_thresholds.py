@@ -1,44 +1,109 @@
-"""The thresholds written into the rule files are the ones exporters/common/thresholds.py
-holds: the exporters apply them too (the Instance exporter's freshness, the Proxy's
-idle count), so a rule edited alone would judge by a number nobody else uses."""
+"""Every threshold is written once, in exporters/common/thresholds.py: the rule files
+and docs/thresholds.md are rendered from it (`python -m rules.render`), the dashboards
+import it. A rendered copy edited by hand, or a number a template writes itself, fails here."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
+import pytest
 import yaml
 
-from exporters.common import thresholds
+from dashboards.__main__ import rendered as rendered_dashboards
+from poolscope.exporters.common import thresholds
+from rules import render
 from tests.support.prometheus import RULE_FILES
 
-RULES = {r["record"] + repr(r.get("labels", {})): r["expr"]
-         for path in RULE_FILES for g in yaml.safe_load(path.read_text())["groups"]
-         for r in g["rules"]}
+# Where each threshold the rules apply must reach, by record: a template that wrote
+# the number itself instead would keep its old value when thresholds.py changes.
+EXPRESSIONS_USING = {
+    "FRESH_S": {"proxy_pool:instances_with_resource:count"},
+    "MEMBER_MEMORY": {"proxy_pool:instances:count", "proxy_pool:inflight_requests:sum",
+                      "proxy_pool:requests:rate1m"},
+    **dict.fromkeys(("RATE_WINDOW_S", "RATE_EDGE_S", "RATE_EDGE_OFFSET_S"), frozenset({
+        "proxy_pool:requests:rate1m", "proxy_pool:network_receive_bytes:rate1m",
+        "proxy_pool:network_transmit_bytes:rate1m"})),
+}
+# What the rules only explain, by the record whose comment states it.
+COMMENTS_USING = {"IDLE_S": "proxy_pool:instances_idle:count",
+                  "WAITING_Q": "proxy_pool:saturation:ratio",
+                  "KV_FULL": "proxy_pool:saturation:ratio"}
+DASHBOARD_THRESHOLDS = ("IDLE_S", "WAITING_Q", "KV_FULL", "RATIO_WARN")
 
 
-def _rule(record: str) -> str:
-    [expr] = [e for key, e in RULES.items() if key.startswith(record + "{")]
-    return expr
+def _forms(value: render.Value) -> set[str]:
+    """Every way a template can write the value: as is, or as a PromQL duration."""
+    if isinstance(value, str):
+        return {value}
+    return {f"{value:g}", render.duration(value)} if value == int(value) else {f"{value:g}"}
 
 
-def _numbers(pattern: str, text: str) -> set[float]:
-    return {float(m) for m in re.findall(pattern, text)}
+def _written(form: str, text: str) -> bool:
+    """`form` as a token of its own (`5m`, not the `5m` of `15m` or of `rate5m`)."""
+    return re.search(rf"(?<![\w.]){re.escape(form)}(?![\w.])", text) is not None
 
 
-def test_freshness_threshold() -> None:
-    expr = _rule("proxy_pool:instances_with_resource:count")
-    assert _numbers(r"<=\s*(\d+(?:\.\d+)?)", expr) == {thresholds.FRESH_S}
+def _exprs(files: Mapping[object, str]) -> dict[str, str]:
+    return {r["record"]: r["expr"] for text in files.values()
+            for g in yaml.safe_load(text)["groups"] for r in g["rules"]}
 
 
-def test_member_memory() -> None:
-    expr = _rule("proxy_pool:instances:count")
-    assert set(re.findall(r"last_over_time\([^\[]*\[(\w+)\]\)", expr)) == {
-        thresholds.MEMBER_MEMORY}
+def _sentinels() -> dict[str, render.Value]:
+    """Every threshold at a value none has, each different."""
+    return {name: f"{7 + i}h" if isinstance(value, str) else 1001.0 + 7 * i
+            for i, (name, value) in enumerate(render.current().items())}
 
 
-def test_the_rule_files_state_the_same_constants_in_their_header() -> None:
-    header = RULE_FILES[0].read_text()
-    for name in ("FRESH_S", "IDLE_S", "WAITING_Q", "KV_FULL", "MEMBER_MEMORY"):
-        value = getattr(thresholds, name)
-        text = value if isinstance(value, str) else f"{value:g}"
-        assert re.search(rf"#\s+{name}\s+=\s+{re.escape(text)}\b", header), name
+def test_committed_rule_files_and_doc_are_the_rendered_ones() -> None:
+    for path, text in render.rendered().items():
+        assert path.read_text() == text, f"{path.name} drifted: run `python -m rules.render`"
+
+
+def test_every_rule_file_prometheus_loads_is_rendered() -> None:
+    assert set(render.render_rules()) == set(RULE_FILES)
+
+
+def test_a_changed_threshold_reaches_every_rule_and_leaves_no_old_copy() -> None:
+    old, new = render.current(), _sentinels()
+    files = render.render_rules(new)
+    exprs, texts = _exprs(files), {r: t for f in files.values()
+                                   for r, t in render.rule_texts(f).items()}
+    for name, records in EXPRESSIONS_USING.items():
+        for record in records:
+            assert any(_written(f, exprs[record]) for f in _forms(new[name])), (name, record)
+    for name, record in COMMENTS_USING.items():
+        assert any(_written(f, texts[record]) for f in _forms(new[name])), (name, record)
+    for name in (*EXPRESSIONS_USING, *COMMENTS_USING):
+        for path, text in files.items():
+            left = {f for f in _forms(old[name]) if _written(f, text)}
+            assert not left, f"{path.name} still writes {name} = {left}"
+
+
+def test_the_doc_states_each_threshold_and_where_the_rules_use_it() -> None:
+    new = _sentinels()
+    rows = {line.split(" | ")[0].strip("| `"): line for line in render.render_doc(new).splitlines()
+            if line.startswith("| `")}
+    assert set(rows) == set(render.current())
+    for name, value in new.items():
+        assert f" | {render.as_text(value)}" in rows[name], name
+    for name, records in EXPRESSIONS_USING.items():
+        assert all(f"`{r}`" in rows[name] for r in records), name
+
+
+@pytest.mark.parametrize("name", DASHBOARD_THRESHOLDS)
+def test_the_dashboards_read_the_threshold(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    before = rendered_dashboards()
+    monkeypatch.setattr(thresholds, name, _sentinels()[name])
+    assert rendered_dashboards() != before
+
+
+def test_a_template_naming_no_threshold_fails_to_render() -> None:
+    with pytest.raises(KeyError, match="FRESH_SECONDS"):
+        render.substitute("x <= ${FRESH_SECONDS}", render.current())
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(60, "1m"), (52, "52s"), (8, "8s"),
+                                               (3725, "1h2m5s")])
+def test_durations_are_written_as_promql_does(seconds: float, text: str) -> None:
+    assert render.duration(seconds) == text

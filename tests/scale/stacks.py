@@ -189,7 +189,7 @@ def scheduler_bridge(workdir: Path, backend: str, name: str,
     port = port_or_free(0)
     url = f"http://127.0.0.1:{port}"
     try:
-        child = group.start_python(f"scheduler-bridge-{name}", "scheduler_bridge",
+        child = group.start_python(f"scheduler-bridge-{name}", "poolscope.scheduler_bridge",
                                    "--prometheus-url", backend,
                                    "--listen", f"127.0.0.1:{port}", *flags)
         wait_ready(f"{url}/healthz", child)

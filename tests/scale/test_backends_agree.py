@@ -111,6 +111,7 @@ def test_every_backend_serves_the_same_summary(stacks: Stacks) -> None:
     # Stop the load, so that the fast gauges (inflight, queues, engine batch) settle
     # to a measured 0 that every backend must agree on exactly; what the load did
     # stays measurable in qps_1m, which decays over its 1 m window.
+    # A wait for time itself, on purpose: no state says a 1 m window is full of load.
     time.sleep(max(0.0, RATE_WINDOW_S - (time.monotonic() - stacks.started)))
     loadgen = next(c for c in stacks.cluster.group.children if c.name == "loadgen")
     stop_group(loadgen.process)

@@ -4,8 +4,9 @@ Accept-Encoding it was asked with, so tests can assert on what the bridge sent a
 as on what it served.
 
 Its clock is the time it is asked about (its `Date` header says so) moved by `skew_s`,
-and its rules wrote every rollup `rollups_age_s` before that time: the bridge's
-question for the rollups' timestamps is answered from those two."""
+and its rules wrote every rollup `rollups_age_s` before that time, or, where a test
+plays the rules' evaluations by hand, at `rollups_written_at`: the bridge's question
+for the rollups' timestamps is answered from those."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from bench.rollup_target import Series, series
-from scheduler_bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
-from scheduler_bridge.queries import EVALUATED_QUERY
+from poolscope.bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
+from poolscope.bridge.queries import EVALUATED_QUERY
 
 __all__ = ["CannedPrometheus", "Series", "pool_series", "series"]
 
@@ -62,6 +63,7 @@ class CannedPrometheus:
     gate: asyncio.Event | None = None  # hold answers until set
     skew_s: float = 0.0  # how far this Prometheus' clock is ahead of the time asked
     rollups_age_s: float = 0.0  # how long before the time asked the rules last ran
+    rollups_written_at: float | None = None  # ... or when they last ran, as a timestamp
     server: TestServer | None = None
 
     @property
@@ -101,8 +103,9 @@ class CannedPrometheus:
             {"metric": metric, "value": [float(at), value]} for metric, value in self.vector
             if _selects(promql, metric)]
         if promql.startswith("max(timestamp("):
-            result = [{"metric": {}, "value": [float(at), f"{float(at) - self.rollups_age_s:.3f}"]}
-                      ][:len(result)]
+            written = (float(at) - self.rollups_age_s if self.rollups_written_at is None
+                       else self.rollups_written_at)
+            result = [{"metric": {}, "value": [float(at), f"{written:.3f}"]}][:len(result)]
         return self.answer(at, result)
 
     def answer(self, at: str, result: list[dict[str, Any]]) -> web.Response:

@@ -8,7 +8,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from scheduler_bridge.app import Settings, create_app
+from poolscope.bridge.app import Settings
+from poolscope.scheduler_bridge.app import create_app
 from tests.scheduler_bridge.canned import CannedPrometheus
 
 

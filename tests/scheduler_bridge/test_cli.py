@@ -1,4 +1,4 @@
-"""`python -m scheduler_bridge`: flags, refusals, and a real process over TLS."""
+"""`python -m poolscope.scheduler_bridge`: flags, refusals, and a real process over TLS."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporters.common.web import parse_listen
-from scheduler_bridge.__main__ import main
+from poolscope.scheduler_bridge.__main__ import main
+from poolscope.service.argtypes import parse_listen
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 from tests.support.prometheus import REPO, free_port
 
@@ -72,7 +72,7 @@ async def test_process_serves_over_tls_with_a_token(tmp_path: Path,
     token.write_text("tok\n")
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler_bridge", "--prometheus-url", canned.url,
+        sys.executable, "-m", "poolscope.scheduler_bridge", "--prometheus-url", canned.url,
         "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert), "--tls-key", str(key),
         "--auth-token-file", str(token), cwd=REPO, stderr=asyncio.subprocess.PIPE)
     tls = ssl.create_default_context(cafile=str(cert))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from scheduler_bridge.client import BridgeError, SchedulerBridgeClient, parse_snapshot
+from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient, parse_snapshot
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series, series
 from tests.scheduler_bridge.conftest import FakeClock, MakeBridge
 from tests.support.prometheus import free_port

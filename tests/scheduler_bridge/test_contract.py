@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from scheduler_bridge import client
-from scheduler_bridge.fields import (
+from poolscope.bridge.fields import (
     DATA_QUALITY_PATH,
     FIELDS,
     GPU_FIELDS,
@@ -16,8 +15,9 @@ from scheduler_bridge.fields import (
     QUALITY_GROUPS,
     SECTIONS,
 )
-from scheduler_bridge.schema import pool_summary_schema
-from scheduler_bridge.summary import build_summaries, parse_value
+from poolscope.bridge.schema import pool_summary_schema
+from poolscope.bridge.summary import build_summaries, parse_value
+from poolscope.scheduler_bridge import client
 from tests.scheduler_bridge.canned import pool_series
 
 PATHS = [*(f.path for f in FIELDS), DATA_QUALITY_PATH]

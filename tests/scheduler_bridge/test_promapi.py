@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from scheduler_bridge.promapi import AllBackendsFailed, ErrorKind, PrometheusAPI
+from poolscope.bridge.promapi import AllBackendsFailed, ErrorKind, PrometheusAPI
 
 Serve = Callable[[bytes, int], Awaitable[str]]
 

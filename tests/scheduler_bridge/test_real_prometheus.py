@@ -1,5 +1,6 @@
 """The bridge's PromQL and parsing against a real Prometheus (no rules: the target
-serves proxy_pool: series itself), read back through the typed client."""
+serves proxy_pool: series itself), read back through the typed client; and its cache
+following the samples' own timestamps there."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from jsonschema import Draft202012Validator
 from prometheus_client import CollectorRegistry
 
 from bench.rollup_target import rollup_target
-from scheduler_bridge.app import Settings, create_app
-from scheduler_bridge.client import SchedulerBridgeClient
-from scheduler_bridge.schema import pool_summary_schema
+from poolscope.bridge.app import Settings
+from poolscope.bridge.schema import pool_summary_schema
+from poolscope.scheduler_bridge.app import create_app
+from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 from tests.scheduler_bridge.canned import pool_series, series
+from tests.support.polling import until
 from tests.support.prometheus import running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration
@@ -70,3 +73,43 @@ async def test_bridge_over_real_prometheus(tmp_path: Path) -> None:
     assert part.instances.total == 0
     assert part.health.data_quality == "partial"
     assert part.metric_quality.resource == "partial"
+
+
+async def test_full_reads_follow_the_rollups_timestamps(tmp_path: Path) -> None:
+    """Scraped every second, the rollups move every second; told they move every half
+    second, the bridge probes in between, and reads in full only after a move."""
+    async with rollup_target(_vector()) as target:
+        with running_prometheus(tmp_path, [scrape_config("rollups", [target], "1s")],
+                                rule_files=[]) as prom:
+            await asyncio.to_thread(prom.wait_for, "proxy_pool:instances:count")
+            registry = CollectorRegistry()
+            app = create_app(Settings(backends=(prom.url,), cache_ttl_s=0.1,
+                                      evaluation_interval_s=0.5), registry=registry)
+            server = TestServer(app, host="127.0.0.1")
+            await server.start_server()
+
+            def count(name: str, **labels: str) -> float:
+                return registry.get_sample_value(
+                    f"poolscope_scheduler_bridge_{name}_total", labels) or 0.0
+
+            served: set[float] = set()
+            try:
+                async with aiohttp.ClientSession() as session:
+                    async def poll() -> float:
+                        async with session.get(
+                                server.make_url("/debug/proxy_pool_resources")) as resp:
+                            doc = await resp.json()
+                        assert doc["stale"] is False, doc
+                        served.add(doc["generated_at"])
+                        return count("refreshes", outcome="ok")
+
+                    await until(poll, lambda reads: reads >= 3, "three full reads",
+                                limit_s=60)
+            finally:
+                await server.close()
+
+    moved = count("probes", outcome="moved")
+    assert count("refreshes", outcome="ok") == 1 + moved  # none without a move
+    assert count("probes", outcome="unchanged") >= 1
+    assert count("probes", outcome="error") == count("refreshes", outcome="error") == 0
+    assert len(served) == 1 + moved

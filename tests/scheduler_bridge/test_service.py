@@ -10,11 +10,11 @@ import weakref
 import pytest
 from jsonschema import Draft202012Validator
 
-from scheduler_bridge.app import CACHE
-from scheduler_bridge.cache import RETIRE_AFTER_S
-from scheduler_bridge.fields import DATA_QUALITY_PATH, FIELDS
-from scheduler_bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
-from scheduler_bridge.schema import pool_summary_schema
+from poolscope.bridge.app import CACHE
+from poolscope.bridge.cache import RETIRE_AFTER_S
+from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
+from poolscope.bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
+from poolscope.bridge.schema import pool_summary_schema
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, pool_series, series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
 from tests.support.prometheus import free_port

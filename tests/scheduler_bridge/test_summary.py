@@ -8,15 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler_bridge.fields import (
+from poolscope.bridge.fields import (
     DATA_QUALITY_LABEL,
     DATA_QUALITY_ROLLUP,
     FIELDS,
     METRIC_SOURCE_FIELDS,
     Kind,
 )
-from scheduler_bridge.rollup_index import plan_for
-from scheduler_bridge.summary import (
+from poolscope.bridge.summary import (
     Sample,
     Vector,
     build_snapshot,
@@ -234,33 +233,3 @@ def test_encoding_writes_non_finite_numbers_as_null_never_as_a_number() -> None:
     assert encode_json({"a": math.nan, "b": math.inf, "c": 0.0, "d": "ü"}) == (
         '{"a":null,"b":null,"c":0.0,"d":"ü"}'.encode())
     assert encode_json({1: [None], "e": (1, 2)}) == b'{"1":[null],"e":[1,2]}'
-
-
-_VALUES = st.sampled_from(["0", "1", "3", "2.5", "-1", "NaN", "+Inf", "-Inf"])
-
-
-@given(st.lists(st.tuples(st.sampled_from(_ROLLUPS), st.sampled_from(["a", "b", None]),
-                          st.sampled_from(["accepting", "draining", "ready", "complete"]),
-                          st.sampled_from(["psutil", None]), _VALUES, _VALUES), max_size=40))
-def test_a_plan_kept_for_the_same_label_sets_builds_what_a_fresh_one_builds(
-        rows: list[tuple[str, str | None, str, str | None, str, str]]) -> None:
-    """Label sets handed over as the same tuple reuse their plan (rollup_index);
-    with other values it must build exactly the snapshot a plan made afresh builds."""
-    labels = tuple(series(name, pid, "0", source, state=label, queue=label, quality=label)[0]
-                   for name, pid, label, source, _, _ in rows)
-    first = [float(v) for *_, v, _ in rows]
-    later = [float(v) for *_, v in rows]
-    build_snapshot(Vector(labels, first), T)
-    kept = build_snapshot(Vector(labels, later), T)
-    fresh = build_snapshot(Vector(list(labels), later), T)
-    assert kept.pools == fresh.pools
-    assert kept.rejected == fresh.rejected
-    assert kept.readings == fresh.readings
-
-
-def test_a_plan_is_kept_only_for_the_same_tuple() -> None:
-    labels = tuple(m for m, _ in pool_series("p"))
-    assert plan_for(labels) is plan_for(labels)
-    assert plan_for(tuple(labels)) is plan_for(labels)  # tuple() of a tuple is itself
-    assert plan_for(list(labels)) is not plan_for(list(labels))
-    assert plan_for(tuple(list(labels))) is not plan_for(labels)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler_bridge.vector_layout import Layout
+from poolscope.bridge.vector_layout import Layout
 
 Rows = Sequence[tuple[dict[str, str], str]]
 T1, T2 = 1_700_000_000.5, 1_700_000_007.25

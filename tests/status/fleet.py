@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler_bridge.fields import FIELDS, GPU_FIELDS, Field, Kind
-from scheduler_bridge.summary import build_summaries, parse_value
+from poolscope.bridge.fields import FIELDS, GPU_FIELDS, Field, Kind
+from poolscope.bridge.summary import build_summaries, parse_value
 from tests.scheduler_bridge.canned import Series, series
 
 GIB = 2**30

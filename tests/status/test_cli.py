@@ -1,4 +1,4 @@
-"""`python -m scheduler_bridge.status_cli` as a user runs it, against a bridge in this
+"""`python -m poolscope.scheduler_bridge.status.cli` as a user runs it, against a bridge in this
 process: the screen, --json, --watch, the token, and the exit codes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_bridge.status_cli import main
+from poolscope.scheduler_bridge.status.cli import main
 from tests.status.conftest import MakeBridge
 from tests.status.fleet import H100, blind_pool, busy_pool
 from tests.support.prometheus import REPO, free_port
@@ -21,7 +21,7 @@ from tests.support.prometheus import REPO, free_port
 async def status(*args: str, columns: int = 120) -> tuple[int, str, str]:
     """Run the command in a child (not a TTY); the bridge keeps serving meanwhile."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler_bridge.status_cli", *args, cwd=REPO,
+        sys.executable, "-m", "poolscope.scheduler_bridge.status.cli", *args, cwd=REPO,
         env={"COLUMNS": str(columns), "PYTHONIOENCODING": "utf-8"},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
@@ -111,7 +111,7 @@ def test_an_unreadable_token_file_exits_2(tmp_path: Path,
 async def test_ctrl_c_ends_a_watch_with_0(make_bridge: MakeBridge) -> None:
     bridge = await make_bridge(busy_pool("busy"))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scheduler_bridge.status_cli", "--bridge-url", bridge.url,
+        sys.executable, "-m", "poolscope.scheduler_bridge.status.cli", "--bridge-url", bridge.url,
         "--json", "--watch", "0.5", cwd=REPO, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.cluster import demo_cluster
+from tests.support.polling import eventually
 from tests.support.prometheus import REPO
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 def status_json(bridge_url: str) -> dict[str, Any]:
     run = subprocess.run(
-        [sys.executable, "-m", "scheduler_bridge.status_cli", "--bridge-url", bridge_url,
+        [sys.executable, "-m", "poolscope.scheduler_bridge.status.cli", "--bridge-url", bridge_url,
          "--json"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 0, run.stderr
     doc: dict[str, Any] = json.loads(run.stdout)
@@ -30,14 +30,11 @@ def status_json(bridge_url: str) -> dict[str, Any]:
 def test_status_json_shows_both_demo_pools(tmp_path: Path) -> None:
     with demo_cluster(tmp_path, proxies=2, instances=2, rate=3.0) as cluster:
         expected = {pool.proxy_id for pool in cluster.pools}
-        deadline = time.monotonic() + 90
-        doc = status_json(cluster.scheduler_bridge_url)
         # The rules need a few evaluations before every pool's registry is rolled up.
-        while {p["proxy_id"] for p in doc["pools"]} != expected or any(
-                p["alive"] != 2 for p in doc["pools"]):
-            assert time.monotonic() < deadline, doc
-            time.sleep(1)
-            doc = status_json(cluster.scheduler_bridge_url)
+        doc = eventually(lambda: status_json(cluster.scheduler_bridge_url),
+                         lambda d: {p["proxy_id"] for p in d["pools"]} == expected
+                         and all(p["alive"] == 2 for p in d["pools"]), 90,
+                         "both pools rolled up, every Instance alive", every=1)
     for pool in doc["pools"]:
         assert pool["instances_total"] == 2 and pool["stale"] == 0
         assert pool["data_quality"] in ("complete", "partial")

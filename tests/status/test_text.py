@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from scheduler_bridge.status_text import HATCH, Style, bar, render_text
+from poolscope.scheduler_bridge.status.text import HATCH, Style, bar, render_text
 from tests.status.fleet import H100, blind_pool, busy_pool
 from tests.status.test_view import view_of
 

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from deploy.demo.processes import port_or_free, stop_group, wait_ready
+from tests.support.polling import eventually
 
 __all__ = ["free_port", "running_prometheus", "scrape_config", "stop_group", "wait_http"]
 
@@ -88,13 +88,8 @@ class Prometheus:
 
     def wait_for(self, promql: str, timeout: float = 60.0) -> list[dict[str, Any]]:
         """Poll until the query returns a non-empty vector."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = self.query(promql)
-            if result:
-                return result
-            time.sleep(0.25)
-        raise TimeoutError(f"{promql!r} returned nothing within {timeout}s")
+        return eventually(lambda: self.query(promql), bool, timeout, f"{promql!r} returns a sample",
+                          every=0.25)
 
 
 def scrape_config(job: str, targets: Sequence[str], interval: str = "1s",

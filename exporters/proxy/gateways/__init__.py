@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.common import catalog
-from exporters.proxy.gateways import gie, llmgw
-from exporters.proxy.gateways.pool import Adapter
+from poolscope.exporters.common import catalog
+from poolscope.exporters.proxy.gateways import gie, llmgw
+from poolscope.exporters.proxy.gateways.pool import Adapter
 
 
 @dataclass(frozen=True)

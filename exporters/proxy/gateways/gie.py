@@ -21,7 +21,7 @@ Not mapped: the per-pod queue is the engines' waiting queue, not a Proxy queue
 
 from __future__ import annotations
 
-from exporters.proxy.gateways.pool import Endpoint, Page, PoolReading, Pools, by_pool
+from poolscope.exporters.proxy.gateways.pool import Endpoint, Page, PoolReading, Pools, by_pool
 
 PREFIX = "inference_"
 POOL_LABEL = "name"

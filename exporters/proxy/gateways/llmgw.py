@@ -20,7 +20,7 @@ the engines then), and saturation is per model, not per pool.
 
 from __future__ import annotations
 
-from exporters.proxy.gateways.pool import (
+from poolscope.exporters.proxy.gateways.pool import (
     Endpoint,
     Page,
     PoolReading,

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.common.health import ErrorReason
-from exporters.common.identity import valid_id
-from exporters.common.sampling import SampleError
+from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.sampling import SampleError
+from poolscope.service.identity import valid_id
 
 # One sample of the page: its labels and value.
 Sample = tuple[Mapping[str, str], float]

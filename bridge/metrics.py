@@ -12,7 +12,7 @@ from collections import Counter
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
-from scheduler_bridge.promapi import BackendError
+from poolscope.bridge.promapi import BackendError
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -34,12 +34,18 @@ class BridgeMetrics:
             ["backend", "cause"], namespace=namespace, registry=registry)
         self.cache = PromCounter(
             "cache_requests_total",
-            "Snapshot lookups: hit (cached, within TTL), shared (joined a refresh in flight), "
-            "miss (started a refresh); late counts those of them served the last snapshot, "
-            "stale, while the refresh ran past --answer-within.", ["result"], namespace=namespace,
-            registry=registry)
+            "Snapshot lookups: hit (served from memory: the rules are not due to write "
+            "again, or a backend was asked less than --cache-ttl ago), shared (joined a "
+            "probe or read in flight), miss (started one); late counts those of them served "
+            "the last snapshot, stale, while it ran past --answer-within.", ["result"],
+            namespace=namespace, registry=registry)
+        self.probes = PromCounter(
+            "probes_total",
+            "Asked only when the rules last wrote the rollups, by outcome: unchanged (no "
+            "full read needed), moved (a full read followed), error.", ["outcome"],
+            namespace=namespace, registry=registry)
         self.refreshes = PromCounter(
-            "refreshes_total", "Snapshot refreshes, by outcome.", ["outcome"],
+            "refreshes_total", "Full reads of every pool's rollups, by outcome.", ["outcome"],
             namespace=namespace, registry=registry)
         self.rejected_series = PromCounter(
             "rejected_series_total",

@@ -44,7 +44,7 @@ class Layout:
         # The text before the first mark, then per series its mark, its value string
         # and the text up to the next mark; marks and values are refilled on each read.
         self._parts = parts
-        # A tuple: rollup_index keeps its plan for exactly this (unchangeable) object.
+        # A tuple: every answer read through this layout shares it, so nothing may change it.
         self.labels = tuple(labels)
 
     @classmethod

@@ -4,7 +4,7 @@
 fails when they drift from `fields.FIELDS` and `catalog`, so the documented
 audit can never disagree with what the bridges serve.
 
-    python -m scheduler_bridge.audit --write docs/metrics.md
+    python -m poolscope.bridge.audit --write docs/metrics.md
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from exporters.common import catalog
-from exporters.instance import engine, engines
-from scheduler_bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
+from poolscope.bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
+from poolscope.exporters.common import catalog
+from poolscope.exporters.instance import engine, engines
 
 Renderer = Callable[[], str]
 
@@ -110,7 +110,7 @@ SECTIONS: dict[str, Renderer] = {"fields": field_table, "series": series_table,
 
 
 def _markers(name: str) -> tuple[str, str]:
-    return (f"<!-- BEGIN GENERATED: {name} (python -m scheduler_bridge.audit) -->",
+    return (f"<!-- BEGIN GENERATED: {name} (python -m poolscope.bridge.audit) -->",
             f"<!-- END GENERATED: {name} -->")
 
 

@@ -23,10 +23,18 @@ from typing import TextIO
 
 import aiohttp
 
-from exporters.common.argtypes import positive_float, positive_int
-from scheduler_bridge.client import BridgeError, SchedulerBridgeClient
-from scheduler_bridge.status import FleetView, build_view
-from scheduler_bridge.status_text import Style, render_text
+from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient
+from poolscope.scheduler_bridge.status.model import FleetView, build_view
+from poolscope.scheduler_bridge.status.text import Style, render_text
+from poolscope.service.argtypes import (
+    OneLineErrorParser,
+    UsageError,
+    http_url,
+    positive_float,
+    positive_int,
+    refuse,
+)
+from poolscope.service.web import read_token
 
 PROG = "poolscope-status"
 DEFAULT_URL = "http://127.0.0.1:7002"
@@ -41,7 +49,7 @@ class ReadFailed(Exception):
     """The bridge could not be read; the message is the one line a user sees."""
 
 
-def _interval(text: str) -> float:
+def watch_interval(text: str) -> float:
     value = positive_float(text)
     if not WATCH_MIN_S <= value <= WATCH_MAX_S:
         raise argparse.ArgumentTypeError(
@@ -49,34 +57,25 @@ def _interval(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> OneLineErrorParser:
+    p = OneLineErrorParser(
         prog=PROG, description="Every pool's load, Instances and GPU capacity on one screen, "
                                "from the Scheduler bridge. '?' is unknown, never zero.")
-    p.add_argument("--bridge-url", default=DEFAULT_URL, metavar="URL",
-                   help=f"Scheduler bridge base URL (default {DEFAULT_URL})")
+    p.add_argument("--bridge-url", type=http_url, default=DEFAULT_URL, metavar="URL",
+                   help="Scheduler bridge base URL (default %(default)s)")
     p.add_argument("--auth-token-file", type=Path, metavar="F",
                    help="send 'Authorization: Bearer <token>' with the token in F")
     p.add_argument("--timeout", type=positive_float, default=5.0, metavar="S",
-                   help="seconds to wait for the bridge (default 5)")
+                   help="seconds to wait for the bridge (default %(default)g)")
     p.add_argument("--json", action="store_true",
                    help="print the view as JSON (one document per refresh under --watch)")
-    p.add_argument("--watch", type=_interval, nargs="?", const=WATCH_DEFAULT_S,
+    p.add_argument("--watch", type=watch_interval, nargs="?", const=WATCH_DEFAULT_S,
                    metavar="SECONDS",
                    help=f"refresh every SECONDS (default {WATCH_DEFAULT_S:g}, "
                         f"{WATCH_MIN_S:g}..{WATCH_MAX_S:g}) until Ctrl-C")
     p.add_argument("--count", type=positive_int, metavar="N",
                    help="with --watch: stop after N refreshes")
     return p
-
-
-def _token(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    token = path.read_text().strip()
-    if not token:
-        raise ValueError(f"{path} is empty")
-    return token
 
 
 async def read_view(client: SchedulerBridgeClient, url: str) -> FleetView:
@@ -159,14 +158,13 @@ async def _redraw(client: SchedulerBridgeClient, args: argparse.Namespace, out: 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)  # bad flags: argparse's message and exit code 2
+    args = parser.parse_args(argv)
     if args.count is not None and args.watch is None:
         parser.error("--count needs --watch")
     try:
-        token = _token(args.auth_token_file)
-    except (OSError, ValueError) as e:
-        print(f"{PROG}: --auth-token-file: {e}", file=sys.stderr)
-        return 2
+        token = read_token(args.auth_token_file) if args.auth_token_file else None
+    except UsageError as e:
+        return refuse(PROG, e)
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(run(args, token, sys.stdout))
     return 0  # Ctrl-C: the user chose to stop, nothing failed

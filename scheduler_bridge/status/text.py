@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler_bridge.status import (
+from poolscope.scheduler_bridge.status.model import (
     LEGEND,
     UNKNOWN,
     FleetView,

@@ -10,7 +10,8 @@ so every pool seen in any proxy_pool: series is still found.
 
 One more query asks when the rules last wrote a rollup: an answer at time T can hold
 samples written long before T (Prometheus restarted on old data, the rules stopped, a
-cache replaying an answer), and only their own timestamps tell.
+cache replaying an answer), and only their own timestamps tell. Asked alone, it is
+the cache's probe: whether a full read would find anything the last one did not.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import re
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
-from scheduler_bridge.fields import DATA_QUALITY_ROLLUP, rollup_names
-from scheduler_bridge.rollup_index import ROLLUP_PREFIX
-from scheduler_bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector, build_snapshot
+from poolscope.bridge.fields import DATA_QUALITY_ROLLUP, rollup_names
+from poolscope.bridge.rollup_index import ROLLUP_PREFIX
+from poolscope.bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector, build_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> Pool
     When the rollups' age cannot be read, the snapshot's age is unknown (served stale).
     """
     evaluated, *results = await asyncio.gather(
-        query(EVALUATED_QUERY, at), *(query(q, at) for q in snapshot_queries(shards)),
+        rollups_written_at(query, at), *(query(q, at) for q in snapshot_queries(shards)),
         return_exceptions=True)
     answers: list[Sequence[Sample]] = []
     failures: list[Exception] = []
@@ -73,20 +74,21 @@ async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> Pool
         raise failures[0]
     snapshot = build_snapshot(_joined(answers), at)
     snapshot.failed_queries = len(failures)
-    snapshot.rollups_at = _rollups_at(evaluated, at)
+    if isinstance(evaluated, Exception):  # the age stays unknown
+        log.warning("rollup timestamps unreadable at %s: %s", at, evaluated)
+    elif isinstance(evaluated, BaseException):
+        raise evaluated
+    else:
+        snapshot.rollups_at = evaluated
     return snapshot
 
 
-def _rollups_at(evaluated: Sequence[Sample] | BaseException, at: float) -> float | None:
+async def rollups_written_at(query: InstantQuery, at: float) -> float | None:
     """When the rules last wrote the rollups read at `at`: `at` itself when there are
-    none (nothing older is served), None when that could not be read."""
-    if isinstance(evaluated, Exception):
-        log.warning("rollup timestamps unreadable at %s: %s", at, evaluated)
-        return None
-    if isinstance(evaluated, BaseException):
-        raise evaluated
-    stamps = [value for _, value in evaluated if value is not None]
-    return min(max(stamps), at) if stamps else (None if evaluated else at)
+    none (nothing older is served), None when their timestamps hold no number."""
+    answer = await query(EVALUATED_QUERY, at)
+    stamps = [value for _, value in answer if value is not None]
+    return min(max(stamps), at) if stamps else (None if answer else at)
 
 
 def _joined(answers: Sequence[Sequence[Sample]]) -> Iterable[Sample]:

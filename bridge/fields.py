@@ -2,8 +2,10 @@
 
 This table is the contract between `rules/` (which must produce each rollup),
 the bridges (which turn rollups into JSON), `/debug/pool_resource_sources`
-and `docs/metrics.md` (a test fails when they disagree). A field is added here
-or nowhere; none is ever renamed or removed (schema_version 1 is append-only).
+and `docs/metrics.md` (a test fails when they disagree). The JSON Schema and the
+typed client's dataclasses are rendered from it (poolscope.bridge.contract), so a
+field is added here, with its rule and its test, or nowhere; none is ever renamed
+or removed (schema_version 1 is append-only).
 
 Rollups are stored in Prometheus' base units (ratios 0..1, bytes per second);
 `scale` turns them into the schema's units (percent, megabits per second).
@@ -14,11 +16,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from exporters.common import catalog
+from poolscope.exporters.common import catalog
+from poolscope.exporters.common.thresholds import (
+    FRESH_S,
+    IDLE_S,
+    KV_FULL,
+    MEMBER_MEMORY,
+    RATE_EDGE_S,
+    WAITING_Q,
+)
 
 
 class Classification(StrEnum):
-    """Seed 000's audit vocabulary: how much a field can be trusted."""
+    """The audit's vocabulary (docs/metrics.md): how much a field can be trusted."""
 
     MEASURED = "real-time measured"
     COUNTER = "runtime-maintained counter"
@@ -36,6 +46,25 @@ class Kind(StrEnum):
     STATE = "state"  # a one-hot state set: the label whose series is 1 is the value
 
 
+class Input(StrEnum):
+    """What can null a field beyond the pool's membership: the Proxy bridge looks there
+    first when it explains the null (proxy_bridge/diagnosis.py has one check per input)."""
+
+    LIVENESS = "liveness"  # the Proxy side's per-member liveness
+    DISPATCH = "dispatch"  # the embedded Proxy's dispatch path
+    TRAFFIC = "traffic"  # a request counter with a covered rate window
+    CAPACITY = "capacity"  # a configured or learned capacity per alive member
+    QUEUE_CAPACITY = "queue_capacity"  # the Proxy's configured queue capacity
+    QUEUE = "queue"  # the Proxy's queue named by the field's `queue` matcher
+    ENGINE = "engine"  # each alive member's engine /metrics
+    KV_CACHE = "kv_cache"  # an engine that exposes KV-cache usage
+    HOST = "host"  # each member's fresh host sample
+    GPU = "gpu"  # each member's healthy GPUs
+    NETWORK = "network"  # host network counters with a covered rate window
+    FRESHNESS = "freshness"  # a host sample age for every member the pool counts
+    ADMISSION = "admission"  # an alive member's exporter, which states its admission
+
+
 @dataclass(frozen=True)
 class Field:
     """One JSON field of the pool summary and where its value comes from."""
@@ -50,6 +79,9 @@ class Field:
     scale: float = 1.0
     state_label: str = ""  # for Kind.STATE: the label that names the state
     group: str = ""  # metric_quality group: resource | load | queue | "" (none)
+    inputs: tuple[Input, ...] = ()  # none: its rollup alone can explain a null
+    # Only a Proxy-side exporter measures it, so a silent one explains its null.
+    proxy_side: bool = False
 
     @property
     def section(self) -> str:
@@ -68,7 +100,7 @@ BYTES_PER_S_TO_MBPS = 8 / 1e6
 # (self_declared); metric_source.instances names which (rules/proxy_pool.yml).
 _REGISTRY = ("poolscope_proxy_pool_instances_registered (Proxy-side exporter: embedded "
              "registry or gateway adapter), else the Instance exporters declaring the pool, "
-             "each remembered 5m after it stops answering (self_declared)")
+             f"each remembered {MEMBER_MEMORY} after it stops answering (self_declared)")
 _ALIVE = ("poolscope_proxy_pool_instances_alive (heartbeat on time, or ready at the gateway), "
           "else the self-declared Instance exporters answering now")
 _HOST = "poolscope_collector_sample_age_seconds{collector=\"host\"} (instance exporter)"
@@ -94,15 +126,16 @@ _NO_DISPATCH = ("only the embedded Proxy's dispatch path counts it: a gateway, o
 _NO_QUEUE = ("no Proxy-side queue: not the embedded Proxy, or a gateway without one, or "
              "one that serves several pools (llmgw's admission bands with --pool-label)")
 _NO_RESOURCE = "no member of the pool serves a fresh host sample"
-# A rate is kept only while its 1m window has a sample within 8 s of each end
+# A rate is kept only while its 1m window has a sample within RATE_EDGE_S of each end
 # (rules/proxy_pool.yml): after a gap rate() would extrapolate a mostly empty window.
-_UNCOVERED = ("or none has a sample within 8 s of each end of the last minute (the newest "
-              "not stale): for up to a minute after a gap in scrapes or a Prometheus restart")
+_UNCOVERED = (f"or none has a sample within {RATE_EDGE_S:g} s of each end of the last minute "
+              "(the newest not stale): for up to a minute after a gap in scrapes or a "
+              "Prometheus restart")
 _NO_NET = ("no member's host serves a network counter scraped now, " + _UNCOVERED)
 _NO_AGE = ("no member of the pool serves a host sample age, or a member the pool counts "
            "(instances.total) serves none: its exporter is down or not scraped, a "
-           "self-declared member stopped answering within 5m, or its host collector never "
-           "succeeded, so its age is unknown")
+           f"self-declared member stopped answering within {MEMBER_MEMORY}, or its host "
+           "collector never succeeded, so its age is unknown")
 _NO_GPU = "no healthy GPU in the pool (no NVML, no GPU, or every GPU failing its reads)"
 
 FIELDS: tuple[Field, ...] = (
@@ -113,21 +146,23 @@ FIELDS: tuple[Field, ...] = (
           _ALIVE, _NO_MEMBERS, Kind.COUNT),
     Field("instances.stale", "proxy_pool:instances_stale:count", Classification.MEASURED,
           "members that are not alive: poolscope_proxy_pool_instances_stale, else "
-          "self-declared members that stopped answering (for 5m)",
-          _NO_MEMBERS + ", or its source has no per-member liveness (GIE's EPP)", Kind.COUNT),
+          f"self-declared members that stopped answering (for {MEMBER_MEMORY})",
+          _NO_MEMBERS + ", or its source has no per-member liveness (GIE's EPP)", Kind.COUNT,
+          inputs=(Input.LIVENESS,), proxy_side=True),
     Field("instances.with_resource", "proxy_pool:instances_with_resource:count",
-          Classification.DERIVED, _HOST + " <= 15 s: members with a fresh host sample",
+          Classification.DERIVED, _HOST + f" <= {FRESH_S:g} s: members with a fresh host sample",
           _NO_MEMBERS, Kind.COUNT),
     Field("instances.missing_resource", "proxy_pool:instances_missing_resource:count",
           Classification.DERIVED, "alive members minus those with a fresh host sample "
           "(at least 0)", _NO_MEMBERS, Kind.COUNT),
     Field("instances.idle", "proxy_pool:instances_idle:count", Classification.DERIVED,
-          "poolscope_proxy_pool_instances_idle (embedded Proxy, dispatch path)", _NO_DISPATCH,
-          Kind.COUNT),
+          f"poolscope_proxy_pool_instances_idle: members with no dispatch for over {IDLE_S:g} s "
+          "(embedded Proxy, dispatch path)", _NO_DISPATCH, Kind.COUNT,
+          inputs=(Input.DISPATCH,), proxy_side=True),
     Field("instances.idle_unknown", "proxy_pool:instances_idle_unknown:count",
           Classification.DERIVED,
           "poolscope_proxy_pool_instances_idle_unknown: members with no dispatch since the "
-          "Proxy started", _NO_DISPATCH, Kind.COUNT),
+          "Proxy started", _NO_DISPATCH, Kind.COUNT, inputs=(Input.DISPATCH,), proxy_side=True),
     # load
     Field("load.inflight_total", "proxy_pool:inflight_requests:sum", Classification.COUNTER,
           "poolscope_proxy_pool_inflight_requests (Proxy-side exporter: dispatch path or "
@@ -138,70 +173,83 @@ FIELDS: tuple[Field, ...] = (
           "rate(poolscope_proxy_requests_total[1m]) (Proxy-side request counter), else "
           "rate(poolscope_engine_request_success_total[1m]) (source engine)",
           "no request counter of the pool has two samples in the last minute, "
-          + _UNCOVERED, group="load"),
+          + _UNCOVERED, group="load", inputs=(Input.TRAFFIC,)),
     Field("load.load_ratio", "proxy_pool:load:ratio", Classification.DERIVED,
-          "inflight_total / capacity", "inflight or capacity is unknown", group="load"),
+          "inflight_total / capacity", "inflight or capacity is unknown", group="load",
+          inputs=(Input.CAPACITY,)),
     Field("load.capacity", "proxy_pool:capacity_requests:sum", Classification.CONFIGURED,
           "poolscope_proxy_pool_capacity_requests (configured at the Proxy, alive "
           "Instances), else poolscope_instance_capacity_requests (configured | learned)",
-          "no member has a configured or learned capacity", group="load"),
+          "no member has a configured or learned capacity", group="load",
+          inputs=(Input.CAPACITY,)),
     Field("load.queue_pressure", "proxy_pool:queue_pressure:ratio", Classification.DERIVED,
           "queued requests / queue capacity, prepare and ready queues together",
-          "the Proxy's queues have no configured capacity", group="queue"),
+          "the Proxy's queues have no configured capacity", group="queue",
+          inputs=(Input.QUEUE_CAPACITY,), proxy_side=True),
     Field("load.prepare_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
-          _QUEUE.format("prepare"), _NO_QUEUE, matchers={"queue": "prepare"}, group="queue"),
+          _QUEUE.format("prepare"), _NO_QUEUE, matchers={"queue": "prepare"}, group="queue",
+          inputs=(Input.QUEUE,), proxy_side=True),
     Field("load.ready_queue_depth", "proxy_pool:queue_depth:sum", Classification.MEASURED,
-          _QUEUE.format("ready"), _NO_QUEUE, matchers={"queue": "ready"}, group="queue"),
+          _QUEUE.format("ready"), _NO_QUEUE, matchers={"queue": "ready"}, group="queue",
+          inputs=(Input.QUEUE,), proxy_side=True),
     Field("load.saturation", "proxy_pool:saturation:ratio", Classification.DERIVED,
           "max(queue_pressure, mean poolscope_engine_saturation_ratio: each engine's "
-          "max(waiting / 5, KV-cache usage / 0.8))",
-          "neither queue pressure nor engine load is known", group="load"),
+          f"max(waiting / {WAITING_Q:g}, KV-cache usage / {KV_FULL:g}))",
+          "neither queue pressure nor engine load is known", group="load",
+          inputs=(Input.QUEUE_CAPACITY, Input.ENGINE)),
     Field("load.engine_running_total", "proxy_pool:engine_requests_running:sum",
           Classification.MEASURED,
           "poolscope_engine_requests_running (instance exporter, engine /metrics)",
-          "no engine of the pool can be read", group="load"),
+          "no engine of the pool can be read", group="load", inputs=(Input.ENGINE,)),
     Field("load.engine_waiting_total", "proxy_pool:engine_requests_waiting:sum",
           Classification.MEASURED,
           "poolscope_engine_requests_waiting (instance exporter, engine /metrics)",
-          "no engine of the pool can be read", group="load"),
+          "no engine of the pool can be read", group="load", inputs=(Input.ENGINE,)),
     # utilization
     Field("utilization.cpu_avg", "proxy_pool:cpu_utilization:avg", Classification.MEASURED,
-          _CPU, _NO_RESOURCE, scale=PERCENT, group="resource"),
+          _CPU, _NO_RESOURCE, scale=PERCENT, group="resource", inputs=(Input.HOST,)),
     Field("utilization.cpu_max", "proxy_pool:cpu_utilization:max", Classification.MEASURED,
-          _CPU, _NO_RESOURCE, scale=PERCENT, group="resource"),
+          _CPU, _NO_RESOURCE, scale=PERCENT, group="resource", inputs=(Input.HOST,)),
     Field("utilization.memory_used_ratio", "proxy_pool:memory_used:ratio",
-          Classification.MEASURED, _MEM, _NO_RESOURCE, group="resource"),
+          Classification.MEASURED, _MEM, _NO_RESOURCE, group="resource",
+          inputs=(Input.HOST,)),
     Field("utilization.gpu_util_avg", "proxy_pool:gpu_utilization:avg",
-          Classification.MEASURED, _GPU_AVG, _NO_GPU, scale=PERCENT, group="resource"),
+          Classification.MEASURED, _GPU_AVG, _NO_GPU, scale=PERCENT, group="resource",
+          inputs=(Input.GPU,)),
     Field("utilization.gpu_util_max", "proxy_pool:gpu_utilization:max",
-          Classification.MEASURED, _GPU_MAX, _NO_GPU, scale=PERCENT, group="resource"),
+          Classification.MEASURED, _GPU_MAX, _NO_GPU, scale=PERCENT, group="resource",
+          inputs=(Input.GPU,)),
     Field("utilization.gpu_mem_used_ratio", "proxy_pool:gpu_memory_used:ratio",
-          Classification.MEASURED, _GPU_MEM, _NO_GPU, group="resource"),
+          Classification.MEASURED, _GPU_MEM, _NO_GPU, group="resource", inputs=(Input.GPU,)),
     Field("utilization.network_rx_mbps_total", "proxy_pool:network_receive_bytes:rate1m",
           Classification.DERIVED, _NET.format("receive"), _NO_NET,
-          scale=BYTES_PER_S_TO_MBPS, group="resource"),
+          scale=BYTES_PER_S_TO_MBPS, group="resource", inputs=(Input.NETWORK,)),
     Field("utilization.network_tx_mbps_total", "proxy_pool:network_transmit_bytes:rate1m",
           Classification.DERIVED, _NET.format("transmit"), _NO_NET,
-          scale=BYTES_PER_S_TO_MBPS, group="resource"),
+          scale=BYTES_PER_S_TO_MBPS, group="resource", inputs=(Input.NETWORK,)),
     Field("utilization.kv_cache_usage_avg", "proxy_pool:kv_cache_usage:avg",
           Classification.MEASURED,
           "poolscope_engine_kv_cache_usage_ratio (instance exporter, engine /metrics)",
-          "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource"),
+          "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource",
+          inputs=(Input.KV_CACHE,)),
     Field("utilization.kv_cache_usage_max", "proxy_pool:kv_cache_usage:max",
           Classification.MEASURED,
           "poolscope_engine_kv_cache_usage_max_ratio: the fullest data-parallel rank of any "
           "engine of the pool (instance exporter, engine /metrics)",
-          "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource"),
+          "no engine of the pool exposes KV-cache usage (TGI does not)", group="resource",
+          inputs=(Input.KV_CACHE,)),
     # health
     Field("health.resource_freshness_s_avg", "proxy_pool:resource_freshness_seconds:avg",
-          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_AGE),
+          Classification.DERIVED, _HOST + " plus the age of the scrape", _NO_AGE,
+          inputs=(Input.FRESHNESS,)),
     Field("health.resource_freshness_s_max", "proxy_pool:resource_freshness_seconds:max",
           Classification.DERIVED, "the largest " + _HOST + " plus the oldest scrape's age "
-          "(errs old by at most one scrape interval, never fresh)", _NO_AGE),
+          "(errs old by at most one scrape interval, never fresh)", _NO_AGE,
+          inputs=(Input.FRESHNESS,)),
     Field("health.pool_admission_state", "proxy_pool:admission_state", Classification.DERIVED,
           "poolscope_instance_admission_level (instance exporter), the best state any "
           "member offers", "no member reports an admission state",
-          Kind.STATE, state_label="state"),
+          Kind.STATE, state_label="state", inputs=(Input.ADMISSION,)),
 )
 
 # Fields computed by the bridge from the others rather than read from a rollup.
@@ -211,8 +259,10 @@ DATA_QUALITY_PATH = "health.data_quality"
 DATA_QUALITY_ROLLUP = "proxy_pool:data_quality"
 DATA_QUALITY_LABEL = "quality"
 QUALITY_GROUPS = ("resource", "load", "queue")
+# The verdicts data_quality and each metric_quality group take, best first.
+QUALITY_LEVELS = ("complete", "partial", "missing")
 
-# metric_source keys (seed 000) and the field whose rollup's `source` label answers.
+# metric_source keys and the field whose rollup's `source` label answers.
 METRIC_SOURCE_FIELDS: dict[str, str] = {
     "inflight": "load.inflight_total",
     "qps_1m": "load.qps_1m_total",

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from scheduler_bridge.client import BridgeSnapshot, GpuCapacity, PoolSummary
+from poolscope.scheduler_bridge.client import BridgeSnapshot, GpuCapacity, PoolSummary
 
 UNKNOWN = "?"
 PERCENT = 100.0

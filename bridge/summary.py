@@ -4,7 +4,7 @@ Free of aiohttp and of any server so that the Proxy bridge can import it and ser
 byte for byte, the summary the Scheduler bridge serves for the same pool: both build it
 here and encode it with `encode_json`.
 
-The contract (DESIGN.md): a field is `null` unless its rollup holds a measured value at
+The contract (docs/design.md): a field is `null` unless its rollup holds a measured value at
 the evaluation time; NaN and infinities are not measurements. Samples that cannot be
 turned into a value honestly (two series for one field, a fractional count, an unknown
 state) leave the field null and are counted in `PoolSnapshot.rejected` by reason, so a
@@ -13,12 +13,10 @@ bad rule shows up on /metrics instead of as a plausible number (rollup_index.py)
 
 from __future__ import annotations
 
-import gc
 import math
 from array import array
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
@@ -26,14 +24,14 @@ from typing import Any, overload
 
 import orjson
 
-from scheduler_bridge.fields import (
+from poolscope.bridge.fields import (
     DATA_QUALITY_PATH,
     GPUS_SECTION,
     METRIC_SOURCE_FIELDS,
     QUALITY_GROUPS,
     SECTIONS,
 )
-from scheduler_bridge.rollup_index import (
+from poolscope.bridge.rollup_index import (
     ABSENT,
     DATA_QUALITY_SLOT,
     FIELD_SLOTS,
@@ -44,7 +42,6 @@ from scheduler_bridge.rollup_index import (
     SLOT_PATHS,
     PoolIndex,
     index_pairs,
-    index_vector,
 )
 
 SCHEMA_VERSION = 1
@@ -69,11 +66,11 @@ def parse_value(text: str) -> float | None:
 class Vector(Sequence[Sample]):
     """An instant vector as two parallel sequences: label sets, and values as parsed.
 
-    A tuple per sample cost more than indexing the samples did, so promapi fills these
-    with C-level operations over the answer and `build_snapshot` reads them in place.
-    Values keep NaN and infinities; seen as a Sequence[Sample] they are None. promapi
-    gives values as an array of doubles: unlike a list of floats, the cyclic GC does
-    not walk it (34,000 references at 1,000 pools, on every collection while it lives).
+    promapi fills them with whole-list operations over the answer, and hands every
+    answer with the last one's series the same label sets (vector_layout). Values keep
+    NaN and infinities; seen as a Sequence[Sample] they are None. promapi gives values
+    as an array of doubles: unlike a list of floats, the cyclic GC does not walk it
+    (34,000 references at 1,000 pools, on every collection while it lives).
     """
 
     __slots__ = ("labels", "values")
@@ -163,23 +160,6 @@ class PoolSnapshot:
         return self._encoded
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold the cyclic GC while building one snapshot's ~100,000 acyclic containers.
-
-    Left on, every 700 allocations trigger a collection that rescans the growing
-    heap: at 1,000 pools that more than doubled the time to parse and build.
-    Nothing built here forms a cycle, so reference counting frees it all anyway.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def encode_json(obj: Any) -> bytes:
     """The one encoding both bridges use: compact UTF-8, keys in insertion order.
 
@@ -200,12 +180,12 @@ def build_summaries(samples: Iterable[Sample], evaluated_at: float) -> dict[str,
 
 
 def build_snapshot(samples: Iterable[Sample], evaluated_at: float) -> PoolSnapshot:
-    with gc_paused():
-        index = (index_vector(samples.labels, samples.values) if isinstance(samples, Vector)
-                 else index_pairs(samples))
-        pools, sources, gpus = index.pools, index.sources, index.gpus
-        pools_out = {pid: _summary(pid, evaluated_at, pools[pid], sources[pid], gpus.get(pid))
-                     for pid in sorted(pools)}
+    # A Vector's values as parsed: the index reads NaN and infinities as no measurement.
+    index = index_pairs(zip(samples.labels, samples.values, strict=True)
+                        if isinstance(samples, Vector) else samples)
+    pools, sources, gpus = index.pools, index.sources, index.gpus
+    pools_out = {pid: _summary(pid, evaluated_at, pools[pid], sources[pid], gpus.get(pid))
+                 for pid in sorted(pools)}
     return PoolSnapshot(evaluated_at, pools_out, index)
 
 

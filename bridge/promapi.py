@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from scheduler_bridge.summary import Vector, gc_paused
-from scheduler_bridge.vector_layout import Layout
+from poolscope.bridge.summary import Vector
+from poolscope.bridge.vector_layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -220,11 +220,6 @@ _METRIC, _VALUE, _TEXT = itemgetter("metric"), itemgetter("value"), itemgetter(1
 
 
 def _parse(name: str, status: int, body: bytes) -> Vector:
-    with gc_paused():
-        return _parse_body(name, status, body)
-
-
-def _parse_body(name: str, status: int, body: bytes) -> Vector:
     try:
         doc: Any = orjson.loads(body)
     except orjson.JSONDecodeError as e:

@@ -1,4 +1,5 @@
-"""The pool summary's JSON Schema, shipped with the package for consumers and tests."""
+"""The pool summary's JSON Schema, shipped with the package for consumers and tests;
+rendered from bridge/fields.py by poolscope.bridge.contract."""
 
 from __future__ import annotations
 

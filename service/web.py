@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import fcntl
 import hmac
-import ipaddress
 import itertools
 import logging
 import signal
@@ -29,22 +28,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Histogram
 
+from poolscope.service.argtypes import (
+    Listen,
+    UsageError,
+    parse_listen,
+    positive_float,
+    positive_int,
+    refuse,
+)
+
 UNAUTHENTICATED = frozenset({"/healthz"})
-LOOPBACK = "127.0.0.1"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class UsageError(Exception):
-    """A command-line value is invalid; the message is the one line to print."""
 
 
 class ListenError(Exception):
@@ -297,34 +300,6 @@ def timing(histogram: Histogram) -> Middleware:
 
 # --- the common flags -------------------------------------------------------------
 
-class Listen(NamedTuple):
-    host: str
-    port: int
-
-    def url(self, scheme: str = "http") -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}"
-
-
-def parse_listen(text: str) -> Listen:
-    """HOST:PORT or [IPv6]:PORT; a bare PORT (or :PORT) stays on loopback."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        port_text = text
-    if not (port_text.isascii() and port_text.isdigit()):
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT or [IPv6]:PORT, got {text!r}")
-    port = int(port_text)
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} out of range 1..65535")
-    host = host.removeprefix("[").removesuffix("]") or LOOPBACK
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad IPv6 address {host!r}") from None
-    return Listen(host, port)
-
-
 def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
                      default_log_level: str, limits: HttpLimits | None = None) -> None:
     """The flags every service takes; `service_config` turns them into a ServiceConfig.
@@ -342,11 +317,11 @@ def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
                    help="serve HTTPS with this certificate (chain); needs --tls-key")
     p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     limits = limits or HttpLimits()
-    p.add_argument("--max-connections", type=int, default=limits.max_connections,
+    p.add_argument("--max-connections", type=positive_int, default=limits.max_connections,
                    help="open connections at most; past it a new one takes the slot of the "
                         "longest idle, and gets a 503 only when all are busy with a request "
                         f"(default {limits.max_connections})")
-    p.add_argument("--idle-timeout", type=float, default=limits.idle_timeout_s,
+    p.add_argument("--idle-timeout", type=positive_float, default=limits.idle_timeout_s,
                    help="seconds a connection may sit without a complete request before it "
                         f"is closed (default {limits.idle_timeout_s:g})")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
@@ -395,11 +370,7 @@ def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 def service_config(args: argparse.Namespace) -> ServiceConfig:
     """Check the common flags of a parser built with `add_common_flags`; raises
     UsageError with a one-line message."""
-    try:
-        limits = HttpLimits(max_connections=args.max_connections,
-                            idle_timeout_s=args.idle_timeout)
-    except ValueError as e:
-        raise UsageError(f"--max-connections/--idle-timeout: {e}") from e
+    limits = HttpLimits(max_connections=args.max_connections, idle_timeout_s=args.idle_timeout)
     return ServiceConfig(
         args.listen, args.log_level, limits,
         read_token(args.auth_token_file) if args.auth_token_file else None,
@@ -427,12 +398,6 @@ async def serve_until_stopped(app: web.Application, config: ServiceConfig, *, pr
             await started()
         print(f"{prog}: serving {config.url()}", file=sys.stderr, flush=True)
         await stop.wait()
-
-
-def refuse(prog: str, error: UsageError) -> int:
-    """Print the one line a bad flag deserves; the exit code for it."""
-    print(f"{prog}: error: {error}", file=sys.stderr)
-    return 2
 
 
 class _Configured(Protocol):

@@ -1,15 +1,21 @@
-"""One snapshot per TTL, shared by every request, and honest about its age.
+"""One snapshot per evaluation of the rules, shared by every request, honest about its age.
 
-A Scheduler fleet may ask many times a second; Prometheus should see one query per
-TTL however many ask at once (single flight). A snapshot's age is that of its rollups,
-from their own timestamps: Prometheus may answer at once with samples its rules wrote
-long ago. When every backend fails, the last good snapshot is still the truth about
-the recent past, so it is served, marked stale, with its age; so is one whose rollups
-are older than `fresh_for`, and the last snapshot while a refresh is late (after
-`answer_within`: a hung backend must not hold every request for its timeout). Older
-than `stale_after`, the bridge says it does not know (Unavailable) rather than serve
-an old value as current. A failed refresh is remembered for the TTL too, so a dead
-backend is not hammered.
+The rules write new rollups once per evaluation interval; reading every pool more
+often re-reads the same data. So after a full read whose rollups were written at T,
+the next one is not needed before T + the evaluation interval; from then on a probe
+(the rollups' timestamp alone, one sample) asks at most once per TTL whether they
+moved, and only a move (or a failed last attempt) pays for a full read. A Scheduler
+fleet may ask many times a second; Prometheus sees one probe or read at a time
+however many ask at once (single flight).
+
+A snapshot's age is that of its rollups, from their own timestamps: Prometheus may
+answer at once with samples its rules wrote long ago. When every backend fails, the
+last good snapshot is still the truth about the recent past, so it is served, marked
+stale, with its age; so is one whose rollups are older than `fresh_for`, and the last
+snapshot while a probe or read is late (after `answer_within`: a hung backend must
+not hold every request for its timeout). Older than `stale_after`, the bridge says it
+does not know (Unavailable) rather than serve an old value as current. A failure is
+remembered for the TTL too, so a dead backend is not hammered.
 """
 
 from __future__ import annotations
@@ -20,15 +26,25 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler_bridge.metrics import BridgeMetrics
-from scheduler_bridge.promapi import AllBackendsFailed, BackendError
-from scheduler_bridge.summary import PoolSnapshot
+from poolscope.bridge.metrics import BridgeMetrics
+from poolscope.bridge.promapi import AllBackendsFailed, BackendError
+from poolscope.bridge.summary import PoolSnapshot
 
 log = logging.getLogger(__name__)
 
 Refresh = Callable[[float], Awaitable[PoolSnapshot]]
+# When the rules last wrote the rollups, asked at a time (None: not readable).
+Probe = Callable[[float], Awaitable[float | None]]
 # How long a replaced snapshot is kept after its successor is in place.
 RETIRE_AFTER_S = 0.05
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the cache reads: every pool in full, or only when the rules last wrote."""
+
+    read: Refresh
+    written_at: Probe
 
 
 @dataclass(frozen=True)
@@ -51,11 +67,12 @@ class Unavailable(Exception):
 
 
 class SnapshotCache:
-    def __init__(self, refresh: Refresh, *, ttl_s: float, stale_after_s: float,
-                 fresh_for_s: float, answer_within_s: float, metrics: BridgeMetrics,
-                 clock: Callable[[], float] = time.time) -> None:
-        self._refresh = refresh
+    def __init__(self, source: Source, *, ttl_s: float, evaluation_interval_s: float,
+                 stale_after_s: float, fresh_for_s: float, answer_within_s: float,
+                 metrics: BridgeMetrics, clock: Callable[[], float] = time.time) -> None:
+        self._source = source
         self._ttl = ttl_s
+        self._interval = evaluation_interval_s
         self._stale_after = stale_after_s
         self._fresh_for = fresh_for_s
         self._answer_within = answer_within_s
@@ -72,7 +89,7 @@ class SnapshotCache:
         loop = asyncio.get_running_loop()
         if self._inflight is not None:
             self._metrics.cache.labels("shared").inc()
-        elif self._attempted_at is not None and self._clock() - self._attempted_at < self._ttl:
+        elif not self._due(self._clock()):
             self._metrics.cache.labels("hit").inc()
             return self._outcome()
         else:
@@ -92,19 +109,34 @@ class SnapshotCache:
             return self._outcome(late=True)
         return self._outcome()
 
+    def _due(self, now: float) -> bool:
+        """Whether to ask a backend now: a TTL 0 always does; otherwise not within a
+        TTL of the last attempt, nor before the rules are due to write again."""
+        if self._attempted_at is None or self._ttl == 0:
+            return True
+        if now - self._attempted_at < self._ttl:
+            return False
+        good = self._good
+        return (self._failure is not None or good is None or good.rollups_at is None
+                or now >= good.rollups_at + self._interval)
+
     async def _run_refresh(self) -> None:
         # Prometheus evaluates at millisecond precision: report exactly that time.
         at = round(self._clock(), 3)
+        outcomes = self._metrics.probes  # whichever step fails counts the error
         try:
-            snapshot = await self._refresh(at)
+            if await self._unchanged(at):
+                return
+            outcomes = self._metrics.refreshes
+            snapshot = await self._source.read(at)
         except AllBackendsFailed as e:
             self._failure = e
-            self._metrics.refreshes.labels("error").inc()
+            outcomes.labels("error").inc()
         except Exception as e:
             # A bug must not turn into serving the previous snapshot as fresh.
             log.exception("refresh at %s failed", at)
             self._failure = AllBackendsFailed([BackendError("bridge", "internal", repr(e))])
-            self._metrics.refreshes.labels("error").inc()
+            outcomes.labels("error").inc()
         else:
             retired, self._good, self._failure = self._good, snapshot, None
             # Freeing the replaced snapshot (1,000 pools: ~2 ms) would delay every request
@@ -116,6 +148,19 @@ class SnapshotCache:
         finally:
             self._attempted_at = at
             self._inflight = None
+
+    async def _unchanged(self, at: float) -> bool:
+        """True when a probe shows the rules wrote nothing since the snapshot's rollups:
+        no full read is needed. Without a snapshot whose rollups' age is known, after a
+        failed attempt, or with a TTL 0 it reads in full without asking. Any other
+        timestamp (an HA partner's rules run at their own times) is a move."""
+        good = self._good
+        if (good is None or good.rollups_at is None or self._failure is not None
+                or self._ttl == 0):
+            return False
+        unchanged = await self._source.written_at(at) == good.rollups_at
+        self._metrics.probes.labels("unchanged" if unchanged else "moved").inc()
+        return unchanged
 
     def _outcome(self, *, late: bool = False) -> Served:
         good = self._good

@@ -16,9 +16,9 @@ from html import escape
 
 from aiohttp import web
 
-from scheduler_bridge.cache import Served, Unavailable
-from scheduler_bridge.client import BridgeSnapshot, parse_pool
-from scheduler_bridge.status import (
+from poolscope.bridge.cache import Served, Unavailable
+from poolscope.scheduler_bridge.client import BridgeSnapshot, parse_pool
+from poolscope.scheduler_bridge.status.model import (
     LEGEND,
     UNKNOWN,
     FleetView,

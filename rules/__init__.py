@@ -1,0 +1,1 @@
+"""The recording rules: rules/*.yml are rendered from rules/src/ by `python -m rules.render`."""

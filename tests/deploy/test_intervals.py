@@ -1,0 +1,35 @@
+"""Every shipped config scrapes and evaluates at the interval the thresholds assume.
+
+The rules' freshness and rate-coverage bounds are written for SCRAPE_INTERVAL_S; a
+config that scraped slower would make every fresh sample look stale, so a config and
+the thresholds change together or a test says which one was left behind.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from poolscope.exporters.common.thresholds import SCRAPE_INTERVAL_S
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CONFIGS = [*DEPLOY.glob("prometheus/*.yml"), *DEPLOY.glob("federation/*.yml"),
+           *DEPLOY.glob("victoriametrics/*.yml"), *DEPLOY.glob("kubernetes/*monitor*.yaml"),
+           DEPLOY / "kubernetes" / "prometheusrule.yaml"]
+INTERVAL = re.compile(
+    r"^\s*(?:(?:scrape_interval|evaluation_interval|interval):\s*|- -evaluationInterval=)(\S+)",
+    re.M)
+
+
+def _seconds(duration: str) -> float:
+    value, unit = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", duration).groups()  # type: ignore[union-attr]
+    return float(value) * {"ms": 0.001, "s": 1.0, "m": 60.0}[unit]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_intervals_match_the_thresholds(config: Path) -> None:
+    found = INTERVAL.findall(config.read_text())
+    assert found, f"{config} sets no interval"
+    assert {_seconds(d) for d in found} == {SCRAPE_INTERVAL_S}

@@ -1,0 +1,125 @@
+"""The JSON Schema and the client's dataclasses are rendered from fields.py, and a new
+field needs nothing but its entry there (plus its rule and its test): the schema, the
+client and the Proxy bridge's diagnosis all follow from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator, ValidationError
+
+from poolscope.bridge.fields import Classification, Field, Input, Kind
+from poolscope.bridge.schema import POOL_SUMMARY
+from poolscope.bridge.summary import build_summaries, parse_value
+from poolscope.exporters.common import catalog as c
+from poolscope.proxy_bridge import diagnosis
+from poolscope.proxy_bridge.local import LocalView
+from poolscope.proxy_bridge.series import PoolSeries
+from poolscope.bridge import contract, fields
+from poolscope.scheduler_bridge import client
+from tests.proxy_bridge.pool_data import Inst, raw_series
+from tests.scheduler_bridge.canned import Series, pool_series
+
+CLIENT_FIELDS = Path(client.__file__).with_name("client_fields.py")
+PID = "p"
+
+# Two fields a later version might add: a number the engines measure, and a count only
+# the Proxy side knows.
+PREEMPTED = Field("load.engine_preempted_total", "proxy_pool:engine_preempted:sum",
+                  Classification.MEASURED,
+                  "poolscope_engine_requests_preempted (instance exporter, engine /metrics)",
+                  "no engine of the pool can be read", group="load", inputs=(Input.ENGINE,))
+DRAINING = Field("instances.draining", "proxy_pool:instances_draining:count",
+                 Classification.MEASURED, "poolscope_proxy_pool_instances_draining",
+                 "no Proxy-side exporter reports the pool", Kind.COUNT, proxy_side=True)
+
+
+def test_the_committed_schema_is_rendered_from_fields_py() -> None:
+    assert POOL_SUMMARY.read_text() == contract.render_schema(), (
+        f"{POOL_SUMMARY} drifted from fields.py: run `make generate`")
+
+
+def test_the_committed_client_fields_are_rendered_from_fields_py() -> None:
+    assert CLIENT_FIELDS.read_text() == contract.render_client(), (
+        f"{CLIENT_FIELDS} drifted from fields.py: run `make generate`")
+
+
+def test_every_input_a_field_can_name_has_a_diagnosis() -> None:
+    assert set(diagnosis.INPUT_CHECKS) == set(Input)
+
+
+@pytest.fixture
+def with_new_fields(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """FIELDS with the two new entries, and the modules that read it loaded anew."""
+    monkeypatch.setattr(fields, "FIELDS", (*fields.FIELDS, PREEMPTED, DRAINING))
+    importlib.reload(contract)
+    importlib.reload(diagnosis)
+    yield
+    monkeypatch.undo()
+    importlib.reload(contract)
+    importlib.reload(diagnosis)
+
+
+def _summary(**added: Any) -> dict[str, Any]:
+    """A valid summary of today's fields, with `added` ("section.key": value) set."""
+    pool = build_summaries([(m, parse_value(v)) for m, v in pool_series(PID)], 1.0)[PID]
+    for path, value in added.items():
+        section, _, key = path.partition(".")
+        pool[section][key] = value
+    return pool
+
+
+def _view(raw: list[Series]) -> LocalView:
+    return LocalView(PID, 1.0, PoolSeries.index((m, parse_value(v)) for m, v in raw), (), ())
+
+
+@pytest.mark.parametrize(("preempted", "draining", "valid"), [
+    (2.5, 3, True), (None, None, True), (0, 0, True),
+    ("2.5", 3, False), (2.5, 1.5, False), (2.5, -1, False)])
+@pytest.mark.usefixtures("with_new_fields")
+def test_a_new_field_is_in_the_schema_with_its_kind(preempted: Any, draining: Any,
+                                                     valid: bool) -> None:
+    """A number or null, a count (a whole number, at least 0) or null."""
+    validator = Draft202012Validator(contract.schema())
+    pool = _summary(**{PREEMPTED.path: preempted, DRAINING.path: draining})
+    assert validator.is_valid(pool) is valid
+
+
+@pytest.mark.usefixtures("with_new_fields")
+def test_a_new_field_is_required_by_the_schema() -> None:
+    with pytest.raises(ValidationError, match=PREEMPTED.key):
+        Draft202012Validator(contract.schema()).validate(_summary(**{DRAINING.path: 1}))
+
+
+@pytest.mark.usefixtures("with_new_fields")
+def test_a_new_field_is_declared_in_the_client_as_null_or_its_type(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered = ModuleType("rendered_client_fields")
+    monkeypatch.setitem(sys.modules, rendered.__name__, rendered)  # dataclasses look it up
+    exec(compile(contract.render_client(), str(CLIENT_FIELDS), "exec"), rendered.__dict__)
+    declared = {(cls, f.name): (f.type, f.default) for cls in ("Load", "Instances")
+                for f in dataclasses.fields(getattr(rendered, cls))}
+    assert declared[("Load", PREEMPTED.key)] == ("float | None", None)
+    assert declared[("Instances", DRAINING.key)] == ("int | None", None)
+
+
+@pytest.mark.usefixtures("with_new_fields")
+def test_a_new_field_is_diagnosed_by_the_inputs_its_entry_names() -> None:
+    assert {PREEMPTED.path, DRAINING.path} <= set(diagnosis.CHECKS)
+    no_engine = _view(raw_series(PID, [Inst("i-1", engine=None)]))
+    [reason] = diagnosis.null_reasons(no_engine, PREEMPTED.path)
+    assert (reason.code, reason.instances) == (diagnosis.Code.ENGINE_NOT_CONFIGURED, ("i-1",))
+    silent_proxy = _view(raw_series(PID, [Inst("i-1")], proxy_up=False))
+    [reason] = diagnosis.null_reasons(silent_proxy, DRAINING.path)
+    assert reason.code == diagnosis.Code.PROXY_EXPORTER_DOWN
+    assert c.PROXY_COLLECTOR_SUCCESS.name in reason.detail
+    # Its inputs measured, the field's own rollup is what is missing.
+    [reason] = diagnosis.null_reasons(_view(raw_series(PID, [Inst("i-1")])), PREEMPTED.path)
+    assert reason.code == diagnosis.Code.ROLLUP_ABSENT and PREEMPTED.rollup in reason.detail
