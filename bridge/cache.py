@@ -111,14 +111,15 @@ class SnapshotCache:
 
     def _due(self, now: float) -> bool:
         """Whether to ask a backend now: a TTL 0 always does; otherwise not within a
-        TTL of the last attempt, nor before the rules are due to write again."""
+        TTL of the last attempt, nor before the rules are due to write again (unless a
+        query of the last snapshot failed: that one is read again at the next TTL)."""
         if self._attempted_at is None or self._ttl == 0:
             return True
         if now - self._attempted_at < self._ttl:
             return False
         good = self._good
         return (self._failure is not None or good is None or good.rollups_at is None
-                or now >= good.rollups_at + self._interval)
+                or good.failed_queries > 0 or now >= good.rollups_at + self._interval)
 
     async def _run_refresh(self) -> None:
         # Prometheus evaluates at millisecond precision: report exactly that time.
@@ -152,11 +153,12 @@ class SnapshotCache:
     async def _unchanged(self, at: float) -> bool:
         """True when a probe shows the rules wrote nothing since the snapshot's rollups:
         no full read is needed. Without a snapshot whose rollups' age is known, after a
-        failed attempt, or with a TTL 0 it reads in full without asking. Any other
+        failed attempt or a snapshot with a failed query, or with a TTL 0 it reads in
+        full without asking. Any other
         timestamp (an HA partner's rules run at their own times) is a move."""
         good = self._good
         if (good is None or good.rollups_at is None or self._failure is not None
-                or self._ttl == 0):
+                or good.failed_queries > 0 or self._ttl == 0):
             return False
         unchanged = await self._source.written_at(at) == good.rollups_at
         self._metrics.probes.labels("unchanged" if unchanged else "moved").inc()

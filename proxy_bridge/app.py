@@ -78,6 +78,7 @@ class PoolReader:
             log.warning("local view at %s failed: %s", at, samples)
             self._metrics.local_views.labels("error").inc()
             self.local = LocalOutcome(at, None, str(samples))
+            snapshot.failed_queries += 1  # so that the cache reads again at the next TTL
         elif isinstance(samples, BaseException):
             raise samples
         else:

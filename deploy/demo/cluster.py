@@ -172,11 +172,13 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
             f"--storage.tsdb.path={workdir / 'prometheus-data'}",
             f"--web.listen-address=127.0.0.1:{prom_port}", *console_flags()])
         wait_ready(f"{prom_url}/-/ready", prom)
+        # The bridges read once per evaluation: tell them this Prometheus' interval.
+        evaluation = ("--evaluation-interval", f"{args.scrape_interval:g}")
         bridge = group.start_python(
             "scheduler-bridge", "poolscope.scheduler_bridge", "--prometheus-url", prom_url,
-            "--listen", f"127.0.0.1:{sched_port}")
+            *evaluation, "--listen", f"127.0.0.1:{sched_port}")
         wait_ready(f"{sched_url}/healthz", bridge)
-        pools = start_proxy_bridges(group, pools, prom_url, args.proxy_bridge_port)
+        pools = start_proxy_bridges(group, pools, prom_url, args.proxy_bridge_port, evaluation)
         load_args = [a for k, pool in enumerate(pools)
                      for a in ("--target", f"{pool.proxy_url}={args.rate * (k + 1):g}")]
         if args.rate:
@@ -188,7 +190,7 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
 
 
 def start_proxy_bridges(group: ProcessGroup, pools: Sequence[Pool], prom_url: str,
-                        first_port: int) -> list[Pool]:
+                        first_port: int, flags: Sequence[str]) -> list[Pool]:
     """One Proxy bridge per pool: the Proxy-local view sits beside its Proxy."""
     bridged = []
     for k, pool in enumerate(pools):
@@ -196,7 +198,7 @@ def start_proxy_bridges(group: ProcessGroup, pools: Sequence[Pool], prom_url: st
         url = f"http://127.0.0.1:{port}"
         child = group.start_python(f"proxy-bridge-{pool.proxy_id}", "poolscope.proxy_bridge",
                                    "--proxy-id", pool.proxy_id, "--prometheus-url", prom_url,
-                                   "--listen", f"127.0.0.1:{port}")
+                                   *flags, "--listen", f"127.0.0.1:{port}")
         wait_ready(f"{url}/healthz", child)
         bridged.append(replace(pool, bridge_url=url))
     return bridged

@@ -156,9 +156,11 @@ def test_every_backend_serves_the_same_summary(stacks: Stacks) -> None:
             assert b["load"]["qps_1m_total"] > 0, where
             assert b["load"]["qps_1m_total"] == pytest.approx(
                 a["load"]["qps_1m_total"], rel=0.2), where
-            # Host memory of one machine moves little between two scrapes.
+            # Host memory of one machine, scraped by each backend at its own moment, while
+            # the other test workers start and stop servers: within a tenth of the
+            # machine's memory (a wrong series, such as a fake 0, is further off).
             assert b["utilization"]["memory_used_ratio"] == pytest.approx(
-                a["utilization"]["memory_used_ratio"], rel=0.05), where
+                a["utilization"]["memory_used_ratio"], abs=0.1), where
             # psutil CPU over a 1 s sample on a shared box swings by tens of percent
             # between consecutive scrapes, and each backend scrapes on its own:
             # present and in range is the honest comparison.

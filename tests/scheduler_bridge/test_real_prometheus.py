@@ -39,7 +39,8 @@ async def test_bridge_over_real_prometheus(tmp_path: Path) -> None:
         with running_prometheus(tmp_path, [scrape_config("rollups", [target])],
                                 rule_files=[]) as prom:
             await asyncio.to_thread(prom.wait_for, "proxy_pool:instances:count")
-            app = create_app(Settings(backends=(prom.url,), cache_ttl_s=0.0),
+            # answer_within: a loaded box must not turn a slow read into a stale answer.
+            app = create_app(Settings(backends=(prom.url,), cache_ttl_s=0.0, answer_within_s=30.0),
                              registry=CollectorRegistry())
             server = TestServer(app, host="127.0.0.1")
             await server.start_server()
@@ -84,7 +85,8 @@ async def test_full_reads_follow_the_rollups_timestamps(tmp_path: Path) -> None:
             await asyncio.to_thread(prom.wait_for, "proxy_pool:instances:count")
             registry = CollectorRegistry()
             app = create_app(Settings(backends=(prom.url,), cache_ttl_s=0.1,
-                                      evaluation_interval_s=0.5), registry=registry)
+                                      evaluation_interval_s=0.5, answer_within_s=30.0),
+                             registry=registry)
             server = TestServer(app, host="127.0.0.1")
             await server.start_server()
 

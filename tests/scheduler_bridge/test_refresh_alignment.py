@@ -172,3 +172,21 @@ def test_an_interval_that_is_not_a_positive_number_is_refused(
                                    "--evaluation-interval", value])
     assert exit_.value.code == 2
     assert "argument --evaluation-interval:" in capsys.readouterr().err
+
+
+async def test_a_snapshot_with_a_failed_shard_is_read_again_at_the_next_ttl(
+        canned: CannedPrometheus, make_bridge: MakeBridge, clock: FakeClock) -> None:
+    """Its fields are null for a failure, not for want of data: waiting for the rules to
+    write again would keep them null for an evaluation, or until --stale-after."""
+    canned.vector = pool_series("a")
+    canned.rollups_written_at = clock.now
+    canned.fail_matching = "__name__!~"  # the last of two shards
+    bridge = await make_bridge(canned.url, cache_ttl_s=TTL_S, query_shards=2,
+                               evaluation_interval_s=INTERVAL_S)
+    await get(bridge, POOLS)
+    assert bridge.metric(REFRESHES, outcome="partial") == 1
+    canned.fail_matching = None
+    clock.now += TTL_S  # the rules have not written again
+    await get(bridge, POOLS)
+    assert bridge.metric(REFRESHES, outcome="ok") == 1
+    assert bridge.metric(PROBES, outcome="unchanged") == 0
