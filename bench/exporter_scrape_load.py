@@ -1,4 +1,4 @@
-"""The Instance exporter's CPU and memory at 1x and at 10x the scrape rate (issue 9).
+"""The Instance exporter's CPU and memory at 1x and at 10x the scrape rate.
 
     python -m bench.exporter_scrape_load [--duration 30] [--scrapers 10] [--interval 1]
 
@@ -13,7 +13,7 @@ Scrapers send the Accept and Accept-Encoding (gzip) headers Prometheus 2.42 send
 and each holds its own kept-alive connection. CPU is user+system time over the
 window as a percentage of one core; RSS is sampled every second.
 
-Target: within 1% of a core at 1x (issue 2's budget) and at 10x (issue 9); the cost
+Target: within 1% of a core at 1x and at 10x; the cost
 of one scrape is reported too (CPU above the unscraped exporter's, per scrape).
 Loopback only; every scraper does a fixed number of scrapes, so the run ends by itself.
 """

@@ -9,7 +9,7 @@ connection like Prometheus does, and times each full response. Phase 2 then
 scrapes each once a second for `--duration` seconds while sampling both
 processes' RSS and CPU time every second. Prints a markdown table.
 
-Targets (issue 2): median scrape latency no worse than node_exporter's, RSS at
+Targets: median scrape latency no worse than node_exporter's, RSS at
 most 2x node_exporter's, CPU at most 1% of one core.
 """
 

@@ -17,7 +17,7 @@ with the rules, minus its CPU over an equal window after a reload without them
 (scraping unchanged). That difference, per 5 s interval, is what the rules
 cost however busy the box is.
 
-The target (issue 4): at 16,000 Instances every group together stays under 10%
+The target: at 16,000 Instances every group together stays under 10%
 of the 5 s interval, and the cost grows linearly with the fleet.
 
     python -m bench.rules_eval --instances 1000,4000,16000

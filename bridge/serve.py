@@ -70,6 +70,10 @@ def settings_from(args: argparse.Namespace, auth_token: str | None) -> Settings:
     if args.stale_after < args.fresh_for:
         raise UsageError(f"--stale-after {args.stale_after:g} is shorter than --fresh-for "
                          f"{args.fresh_for:g}: a snapshot fresh enough to serve would be refused")
+    if args.evaluation_interval > args.fresh_for:
+        raise UsageError(f"--evaluation-interval {args.evaluation_interval:g} is longer than "
+                         f"--fresh-for {args.fresh_for:g}: every snapshot would go stale "
+                         "before the rules are due to write again")
     return Settings(backends=tuple(args.prometheus_url), cache_ttl_s=args.cache_ttl,
                     evaluation_interval_s=args.evaluation_interval,
                     stale_after_s=args.stale_after, query_timeout_s=args.query_timeout,

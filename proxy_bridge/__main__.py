@@ -1,8 +1,9 @@
 """`python -m poolscope.proxy_bridge` / `poolscope-proxy-bridge`: serve one pool, in detail.
 
 The flags the Scheduler bridge has mean the same here and are declared by the same
-code; this bridge adds `--proxy-id` (checked before anything starts, since it goes
-into PromQL) and listens on 8003 by default. Exit codes as the Scheduler bridge's.
+code (`poolscope.bridge.serve`); this bridge adds `--proxy-id` (checked before anything
+starts, since it goes into PromQL) and listens on 8003 by default. Exit codes as the
+Scheduler bridge's.
 """
 
 from __future__ import annotations

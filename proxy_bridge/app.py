@@ -1,12 +1,12 @@
 """The Proxy bridge's HTTP face: one pool, in detail, and why each of its fields is
 what it is.
 
-The compact summary is built by the Scheduler bridge's code (`read_snapshot`, the
-same rollup selectors narrowed to this pool, and `encode_json`), so both bridges
-serve the same bytes for this pool. The Proxy-local series are read in the same
-refresh, at the same evaluation time, so the detail, the summary and the null
-reasons describe one instant. Middlewares, caching, stale serving and the shared
-routes are the Scheduler bridge's own (`bridge_app`).
+The compact summary is built by the code both bridges share (`poolscope.bridge`:
+`read_snapshot`, the same rollup selectors narrowed to this pool, and
+`encode_json`), so both bridges serve the same bytes for this pool. The Proxy-local
+series are read in the same refresh, at the same evaluation time, so the detail, the
+summary and the null reasons describe one instant. Middlewares, caching, stale serving
+and the shared routes are the shared skeleton's (`bridge_app`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bridge's own /metrics: the Scheduler bridge's instruments under this bridge's name.
+"""The bridge's own /metrics: the shared bridge instruments under this bridge's name.
 
 Both bridges time requests, backend queries and snapshot refreshes the same way, so
 this one reuses `poolscope.bridge.metrics.BridgeMetrics` in its own namespace.

@@ -38,7 +38,7 @@ def pool_matcher(proxy_id: str) -> str:
 
 
 def scoped(query: str, proxy_id: str) -> str:
-    """One of the Scheduler bridge's queries narrowed to one pool: each holds exactly
+    """One of the shared rollup queries narrowed to one pool: each holds exactly
     one `{...}` selector, which gets the pool's matcher; anything else is refused
     rather than rewritten by guesswork."""
     start, end = query.find("{"), query.find("}")

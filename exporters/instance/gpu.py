@@ -97,10 +97,6 @@ def _per_model(devices: Sequence[GpuReading], ids: Identity) -> Iterator[Metric]
         yield metric
 
 
-class _Unsupported(Exception):
-    """The GPU does not have this sensor (not a failure of the GPU)."""
-
-
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

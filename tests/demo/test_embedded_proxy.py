@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -53,7 +54,15 @@ async def engine() -> AsyncIterator[str]:
 
 
 async def test_pool_series_count_what_the_proxy_did() -> None:
-    dead = f"http://127.0.0.1:{port_or_free(0)}"  # nothing listens: each dispatch there fails
+    # Bound, never listening, held for the whole test: each dispatch there is refused,
+    # and no other test can take the port meanwhile.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{held.getsockname()[1]}"
+        await _count_what_the_proxy_did(dead)
+
+
+async def _count_what_the_proxy_did(dead: str) -> None:
     async with engine() as live, aiohttp.ClientSession() as client:
         app = await embedded_proxy.create_app(POOL, {"i-1": live, "i-2": dead}, CAPACITY)
         async with TestServer(app) as server:

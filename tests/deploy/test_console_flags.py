@@ -82,6 +82,7 @@ CROSS: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {
     ],
     "poolscope-scheduler-bridge": [
         (["--stale-after=10", "--fresh-for=15"], ("--stale-after", "--fresh-for")),
+        (["--evaluation-interval=20"], ("--evaluation-interval", "--fresh-for")),
         (["--tls-key=/nonexistent.pem"], ("--tls-cert", "--tls-key")),
     ],
     "poolscope-proxy-bridge": [

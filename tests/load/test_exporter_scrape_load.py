@@ -1,5 +1,5 @@
 """The Instance exporter scraped by ten scrapers at once, as several Prometheus servers
-would (issue 9): every scrape a 200 with a whole exposition that parses and holds the
+would: every scrape a 200 with a whole exposition that parses and holds the
 same series as the one before the load. The CPU it costs is bench/exporter_scrape_load.py's
 to measure; nothing here times anything.
 """

@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
+from tests.support.polling import until
 
 POOLS = "/debug/proxy_pool_resources"
 # Far longer than any case may take: a request still waiting then waited for a timeout.
@@ -146,9 +147,8 @@ async def test_a_hung_backend_gets_the_last_snapshot_at_once(
                          result="late") == 3
 
     canned.gate.set()
-    async with asyncio.timeout(NEVER_S / 4):
-        while (after := await get(bridge, POOLS, 200))["stale"]:
-            await asyncio.sleep(0.01)  # until the refresh in flight completes
+    after = await until(lambda: get(bridge, POOLS, 200), lambda doc: not doc["stale"],
+                        "the refresh in flight completes", NEVER_S / 4)
     assert after["generated_at"] == clock.now
     # The hung refresh was the one that answered: none other was started.
     assert bridge.metric("poolscope_scheduler_bridge_cache_requests_total",
