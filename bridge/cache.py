@@ -103,7 +103,10 @@ class SnapshotCache:
             return self._outcome()
         wait = self._answer_within - (loop.time() - self._inflight_since)
         try:
-            await asyncio.wait_for(inflight, max(wait, 0.0))
+            # asyncio.timeout, not wait_for: on 3.11 wait_for drops a client's
+            # cancellation when the refresh ends at the same moment.
+            async with asyncio.timeout(max(wait, 0.0)):
+                await inflight
         except TimeoutError:
             self._metrics.cache.labels("late").inc()
             return self._outcome(late=True)

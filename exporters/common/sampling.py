@@ -135,7 +135,11 @@ class SamplingLoop:
         read = slot.pending
         try:
             # shield: a timeout abandons the wait, not the read (see Slot.pending).
-            value = await asyncio.wait_for(asyncio.shield(read), slot.timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns a read that ends
+            # as the task is cancelled and drops the cancellation, so stop() waits for
+            # ever on a loop that samples on.
+            async with asyncio.timeout(slot.timeout):
+                value = await asyncio.shield(read)
         except SampleError as e:
             self._fail(slot, e.reason, e.detail, start)
         except TimeoutError:

@@ -150,6 +150,23 @@ async def test_stop_abandons_a_hung_read() -> None:
     assert slot.pending is None
 
 
+async def test_a_read_ending_as_the_sample_is_cancelled_does_not_swallow_the_cancel() -> None:
+    """stop() cancels each sampling task and waits for it: a read that ends in the same
+    turn of the loop must not turn the cancellation into a sample taken, or the task
+    samples on and stop() (and the exporter's SIGTERM) waits for ever."""
+    read: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    reader = ScriptedReader()
+    reader.read = lambda: read  # type: ignore[method-assign]
+    loop, _ = setup(reader, Clock())
+    slot = loop.add(reader, timeout=5.0)
+    task = asyncio.create_task(loop.sample(slot))
+    await until(lambda: slot.pending is read, bool, "the read started")
+    read.set_result(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_an_unexpected_exception_is_internal_and_sampling_goes_on() -> None:
     reader = ScriptedReader(RuntimeError("bug"), 3)
     loop, _ = setup(reader, Clock())
