@@ -29,7 +29,8 @@ from poolscope.bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector,
 log = logging.getLogger(__name__)
 
 SNAPSHOT_QUERY = '{__name__=~"proxy_pool:.+"}'
-# Every pool has a data_quality series, written at each evaluation of the rules.
+# Every pool has a data_quality series, written last in the rules' one group: its
+# timestamp is that of every rollup of the evaluation.
 EVALUATED_QUERY = f'max(timestamp({{__name__="{DATA_QUALITY_ROLLUP}"}}))'
 
 _NAMES = sorted(n.removeprefix(ROLLUP_PREFIX) for n in rollup_names())
