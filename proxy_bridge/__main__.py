@@ -2,7 +2,7 @@
 
 The flags the Scheduler bridge has mean the same here and are declared by the same
 code (`poolscope.bridge.serve`); this bridge adds `--proxy-id` (checked before anything
-starts, since it goes into PromQL) and listens on 8003 by default. Exit codes as the
+starts, since it goes into PromQL) and listens on port 10120 by default. Exit codes as the
 Scheduler bridge's.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from poolscope.bridge.serve import add_bridge_flags, serve_bridge
 from poolscope.proxy_bridge.app import create_app
+from poolscope.service import ports
 from poolscope.service.argtypes import OneLineErrorParser, identifier
 from poolscope.service.identity import ID_RULE
 from poolscope.service.web import add_common_flags
@@ -27,7 +28,7 @@ def build_parser() -> OneLineErrorParser:
     p.add_argument("--proxy-id", type=identifier, required=True, metavar="PID",
                    help=f"the pool this bridge serves, e.g. hp_127.0.0.1:8001 ({ID_RULE})")
     add_bridge_flags(p)
-    add_common_flags(p, default_listen="127.0.0.1:8003", default_log_level="INFO")
+    add_common_flags(p, default_listen=ports.loopback(ports.PROXY_BRIDGE), default_log_level="INFO")
     return p
 
 

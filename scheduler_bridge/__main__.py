@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from poolscope.bridge.serve import add_bridge_flags, serve_bridge
 from poolscope.scheduler_bridge.app import create_app
+from poolscope.service import ports
 from poolscope.service.argtypes import OneLineErrorParser
 from poolscope.service.web import HttpLimits, add_common_flags
 
@@ -23,8 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, description="Serve every Proxy pool's summary from the proxy_pool: rollups.")
     add_bridge_flags(p)
     # Every Scheduler replica and operator polls this one: room for hundreds of clients.
-    add_common_flags(p, default_listen="127.0.0.1:7002", default_log_level="INFO",
-                     limits=HttpLimits(max_connections=512))
+    add_common_flags(p, default_listen=ports.loopback(ports.SCHEDULER_BRIDGE),
+                     default_log_level="INFO", limits=HttpLimits(max_connections=512))
     return p
 
 

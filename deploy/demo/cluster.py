@@ -27,6 +27,7 @@ import yaml
 
 from dashboards import CONSOLE_PATH, console_flags
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
+from poolscope.service import ports
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = sorted((REPO / "rules").glob("*.yml"))
@@ -51,8 +52,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="requests/s sent to the first pool; pool k gets rate*(k+1)")
     p.add_argument("--prometheus-port", type=int, default=9090,
                    help="preferred port; a free one is used when it is taken")
-    p.add_argument("--scheduler-bridge-port", type=int, default=7002)
-    p.add_argument("--proxy-bridge-port", type=int, default=8003,
+    p.add_argument("--scheduler-bridge-port", type=int, default=ports.SCHEDULER_BRIDGE)
+    p.add_argument("--proxy-bridge-port", type=int, default=ports.PROXY_BRIDGE,
                    help="the first pool's Proxy bridge; the others take the next free ports")
     p.add_argument("--scrape-interval", type=float, default=2.0)
     p.add_argument("--workdir", type=Path, default=None,

@@ -14,6 +14,7 @@ from poolscope.exporters.instance.admission import AdmissionThresholds
 from poolscope.exporters.instance.engine import AUTO
 from poolscope.exporters.instance.engines import MAPPINGS
 from poolscope.exporters.instance.service import Settings
+from poolscope.service import ports
 from poolscope.service.argtypes import (
     Listen,
     OneLineErrorParser,
@@ -29,7 +30,7 @@ from poolscope.service.identity import ID_RULE
 from poolscope.service.web import ServiceConfig, add_common_flags, service_config
 
 PROG = "poolscope-instance-exporter"
-DEFAULT_LISTEN = "127.0.0.1:9201"
+DEFAULT_LISTEN = ports.loopback(ports.INSTANCE_EXPORTER)
 
 
 def build_parser() -> OneLineErrorParser:

@@ -22,6 +22,7 @@ from poolscope.exporters.common.sampling import sample_interval
 from poolscope.exporters.proxy.gateway import GatewayExporter, GatewayReader
 from poolscope.exporters.proxy.gateways import GATEWAYS
 from poolscope.exporters.proxy.gateways.pool import Pools
+from poolscope.service import ports
 from poolscope.service.argtypes import (
     OneLineErrorParser,
     http_url,
@@ -41,7 +42,7 @@ from poolscope.service.web import (
 )
 
 PROG = "poolscope-proxy-exporter"
-DEFAULT_LISTEN = "127.0.0.1:9202"
+DEFAULT_LISTEN = ports.loopback(ports.PROXY_EXPORTER)
 # What a bare --pool-label gives: the gateway's own pool label. Not a string, so
 # argparse does not pass it through the label-name check.
 GATEWAY_LABEL = object()

@@ -26,6 +26,7 @@ import aiohttp
 from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient
 from poolscope.scheduler_bridge.status.model import FleetView, build_view
 from poolscope.scheduler_bridge.status.text import Style, render_text
+from poolscope.service import ports
 from poolscope.service.argtypes import (
     OneLineErrorParser,
     UsageError,
@@ -37,7 +38,7 @@ from poolscope.service.argtypes import (
 from poolscope.service.web import read_token
 
 PROG = "poolscope-status"
-DEFAULT_URL = "http://127.0.0.1:7002"
+DEFAULT_URL = f"http://{ports.loopback(ports.SCHEDULER_BRIDGE)}"
 WATCH_DEFAULT_S = 2.0
 # Faster than the bridge's cache TTL only re-reads one snapshot; slower than an hour
 # is a cron job, not a watch.

@@ -47,7 +47,7 @@ def test_invalid_flags_exit_2_with_one_line(args: list[str]) -> None:
 
 def test_defaults_are_loopback_and_one_second() -> None:
     config = parse(BASE)
-    assert (config.listen.host, config.listen.port) == ("127.0.0.1", 9201)
+    assert (config.listen.host, config.listen.port) == ("127.0.0.1", 10100)
     assert config.settings.sample_interval == 1.0
     assert parse([*BASE, "--listen", "[::1]:9300"]).listen.url() == "http://[::1]:9300"
 

@@ -135,7 +135,7 @@ async def test_token_guards_all_but_healthz(canned: CannedPool,
 def test_cli_defaults_and_flags() -> None:
     args = build_parser().parse_args(["--proxy-id", PID, "--prometheus-url", "http://a",
                                 "--prometheus-url", "http://b"])
-    assert args.listen == ("127.0.0.1", 8003)
+    assert args.listen == ("127.0.0.1", 10120)
     assert args.proxy_id == PID and args.prometheus_url == ["http://a", "http://b"]
     assert main(["--proxy-id", PID, "--prometheus-url", "http://a",
                  "--tls-cert", "/nonexistent.pem"]) == 2
