@@ -75,10 +75,13 @@ $(LLAMA_DIR)/.built: | venv system-deps
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Every package at the version constraints.txt pins, pip and setuptools included
+# (README, "Dependencies", says how to update the lock). The project itself is built
+# with that setuptools, not with whichever one build isolation would download.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt pip setuptools
+	$(PY) -m pip install -q -c constraints.txt --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
 # Installs only what is missing; PROMETHEUS_BIN / PROMTOOL_BIN override PATH.

@@ -62,6 +62,8 @@ GPU_LABELS = frozenset(catalog.GPU_LABELS)
 # has neither, so the simulated (embedded) Proxies skip them.
 GATEWAY_ONLY = frozenset({catalog.PROXY_COLLECTOR_SAMPLE_AGE.name,
                           catalog.PROXY_COLLECTOR_ERRORS.name})
+# Every simulated collector reads: none is switched off or has nothing to read.
+NOT_ON_A_HEALTHY_FLEET = frozenset({catalog.COLLECTOR_UNAVAILABLE.name})
 BUCKETS = ("0.1", "0.5", "1", "5", "10", "+Inf")
 
 # Gauge values that make the fleet look like a healthy, moderately busy one;
@@ -289,7 +291,8 @@ class Fleet:
                  shard_size: int = 500, start: float | None = None) -> None:
         start = time.time() if start is None else start
         families = catalog.all_families()
-        instance_families = [f for f in families if not _is_proxy_family(f)]
+        instance_families = [f for f in families if not _is_proxy_family(f)
+                             and f.name not in NOT_ON_A_HEALTHY_FLEET]
         per_instance_proxy = [f for f in families
                               if _is_proxy_family(f) and "instance_id" in f.labels]
         proxy_level = [f for f in families if _is_proxy_family(f)

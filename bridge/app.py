@@ -8,17 +8,18 @@ so that a Scheduler can log why it has no data, and every route is timed on /met
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from poolscope.bridge.cache import Served, SnapshotCache, Source, Unavailable
 from poolscope.bridge.metrics import BridgeMetrics
 from poolscope.bridge.promapi import MAX_ANSWER_BYTES, MAX_CLOCK_SKEW_S, PrometheusAPI
+from poolscope.exporters.common.exposition import ScrapePage, metrics_handler, process_collectors
 from poolscope.exporters.common.thresholds import FRESH_S, SCRAPE_INTERVAL_S
-from poolscope.service.web import guarded, json_error, timing
+from poolscope.service.web import Exposure, json_error, timing
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class Settings:
     evaluation_interval_s: float = SCRAPE_INTERVAL_S
     stale_after_s: float = 30.0
     query_timeout_s: float = 5.0
-    auth_token: str | None = None
+    # Who may read the bridge, where its page is: the common flags' part of the app.
+    exposure: Exposure = field(default_factory=Exposure)
     query_shards: int = 1
     # Rollups older than this are served marked stale: three evaluations.
     fresh_for_s: float = FRESH_S
@@ -52,9 +54,11 @@ def bridge_app(settings: Settings, metrics: BridgeMetrics, registry: CollectorRe
                source_for: SourceFor, *, clock: Callable[[], float]) -> web.Application:
     """What both bridges are before their own routes: the common middlewares, timed
     in `metrics`; one backend session for the app's life; a snapshot cache reading
-    `source_for(app, api)`; /healthz, /readyz and /metrics."""
+    `source_for(app, api)`; /healthz, /readyz and the metrics page:
+    `registry`, then the process' own series (`process_*`, `poolscope_build_info`),
+    which stay out of `registry` so that it holds only what the bridge counts."""
     app = web.Application(middlewares=[
-        timing(metrics.request_seconds), *guarded(settings.auth_token)])
+        timing(metrics.request_seconds), *settings.exposure.middlewares()])
     app[METRICS] = metrics
     app[REGISTRY] = registry
 
@@ -76,7 +80,8 @@ def bridge_app(settings: Settings, metrics: BridgeMetrics, registry: CollectorRe
     app.cleanup_ctx.append(backend_session)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_page)
+    app.router.add_get(settings.exposure.telemetry_path, metrics_handler(
+        ScrapePage(registry, *process_collectors()).page))
     return app
 
 
@@ -95,12 +100,6 @@ async def readyz(request: web.Request) -> web.Response:
         return json_error(503, "serving a stale snapshot: no backend answers in time, or "
                           "the rollups are older than --fresh-for", age_s=round(served.age_s, 3))
     return web.json_response({"status": "ready", "pools": len(served.snapshot.pools)})
-
-
-async def metrics_page(request: web.Request) -> web.Response:
-    resp = web.Response(body=generate_latest(request.app[REGISTRY]))
-    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-    return resp
 
 
 async def snapshot_or_error(request: web.Request) -> Served | web.Response:

@@ -18,6 +18,7 @@ from pathlib import Path
 from poolscope.bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
 from poolscope.exporters.common import catalog
 from poolscope.exporters.instance import engine, engines
+from poolscope.service import build
 
 Renderer = Callable[[], str]
 
@@ -47,12 +48,26 @@ def field_table() -> str:
     return "\n".join(rows)
 
 
+# On every service's page beside the catalog's, the bridges' included: the process'
+# own series. They describe the process, not the cluster, so they carry no `source`.
+_PROCESS_NOTE = " On every service's page; no `source`: it describes the process."
+PROCESS_SERIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (build.NAME, "gauge", build.LABELS, build.HELP + _PROCESS_NOTE),
+    ("process_*", "counter, gauge", (),
+     "prometheus_client's process collector: CPU seconds, resident and virtual memory, "
+     "open and maximum file descriptors, start time." + _PROCESS_NOTE),
+)
+
+
 def series_table() -> str:
-    """Every series the exporters publish, from the catalog."""
+    """Every series the exporters publish, from the catalog, then the process' own."""
     rows = ["| series | type | labels | meaning |", "| --- | --- | --- | --- |"]
     for fam in catalog.all_families():
         labels = ", ".join(f"`{name}`" for name in fam.labels)
         rows.append(f"| `{fam.name}` | {fam.kind} | {labels} | {_cell(fam.help)} |")
+    for name, kind, label_names, meaning in PROCESS_SERIES:
+        labels = ", ".join(f"`{label}`" for label in label_names) or "-"
+        rows.append(f"| `{name}` | {kind} | {labels} | {_cell(meaning)} |")
     return "\n".join(rows)
 
 

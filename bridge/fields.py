@@ -108,13 +108,13 @@ _CPU = "poolscope_host_cpu_utilization_ratio (instance exporter, psutil)"
 _MEM = "poolscope_host_memory_used_bytes / _total_bytes (instance exporter, psutil)"
 # The GPU rollups read the Instance exporter's per-model aggregates of its healthy
 # GPUs (the per-GPU poolscope_gpu_* series are for drill-down, not for rules).
-_GPU_AVG = ("poolscope_instance_gpu_utilization_ratio_sum / "
+_GPU_AVG = ("poolscope_instance_gpu_utilization_sum_ratio / "
             "poolscope_instance_gpus{health=\"healthy\"} (instance exporter, NVML: "
             "each host's healthy GPUs summed per model), weighted per GPU")
-_GPU_MAX = ("poolscope_instance_gpu_utilization_ratio_max (instance exporter, NVML: "
+_GPU_MAX = ("poolscope_instance_gpu_utilization_max_ratio (instance exporter, NVML: "
             "the busiest healthy GPU per model on each host)")
-_GPU_MEM = ("poolscope_instance_gpu_memory_used_bytes_sum / "
-            "poolscope_instance_gpu_memory_total_bytes_sum (instance exporter, NVML: "
+_GPU_MEM = ("poolscope_instance_gpu_memory_used_bytes / "
+            "poolscope_instance_gpu_memory_total_bytes (instance exporter, NVML: "
             "each host's healthy GPUs summed per model)")
 _NET = "poolscope_host_network_{}_bytes_total (instance exporter, psutil), rate over 1m"
 _QUEUE = ("poolscope_proxy_queue_depth{{queue=\"{}\"}} (Proxy-side exporter: the embedded "
@@ -302,7 +302,7 @@ GPU_FIELDS: tuple[Field, ...] = (
           _NO_GPU_HEALTH, Kind.COUNT, matchers={"health": "unhealthy"}),
     Field("gpus.memory_total_bytes", "proxy_pool:gpu_memory_total_bytes:sum",
           Classification.MEASURED,
-          "poolscope_instance_gpu_memory_total_bytes_sum (instance exporter, NVML: healthy "
+          "poolscope_instance_gpu_memory_total_bytes (instance exporter, NVML: healthy "
           "GPUs summed per model), the pool's members",
           "no GPU of the model is healthy (every one failing its reads)"),
 )

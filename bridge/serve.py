@@ -20,7 +20,7 @@ from poolscope.service.argtypes import (
     positive_int,
     refuse,
 )
-from poolscope.service.web import run, serve_until_stopped, service_config
+from poolscope.service.web import Exposure, run, serve_until_stopped, service_config
 
 
 def add_bridge_flags(p: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def add_bridge_flags(p: argparse.ArgumentParser) -> None:
                                      "(default %(default)g)")
 
 
-def settings_from(args: argparse.Namespace, auth_token: str | None) -> Settings:
+def settings_from(args: argparse.Namespace, exposure: Exposure) -> Settings:
     """The bridge settings of a parser built with `add_bridge_flags`; raises UsageError
     when two flags contradict each other."""
     if args.stale_after < args.fresh_for:
@@ -77,7 +77,7 @@ def settings_from(args: argparse.Namespace, auth_token: str | None) -> Settings:
     return Settings(backends=tuple(args.prometheus_url), cache_ttl_s=args.cache_ttl,
                     evaluation_interval_s=args.evaluation_interval,
                     stale_after_s=args.stale_after, query_timeout_s=args.query_timeout,
-                    auth_token=auth_token, query_shards=args.query_shards,
+                    exposure=exposure, query_shards=args.query_shards,
                     fresh_for_s=args.fresh_for, answer_within_s=args.answer_within,
                     max_answer_bytes=args.query_max_bytes, max_clock_skew_s=args.max_clock_skew)
 
@@ -87,8 +87,8 @@ def serve_bridge(prog: str, args: argparse.Namespace,
     """Both bridges' main once their flags parsed: exit codes as in this module's doc."""
     try:
         config = service_config(args)
-        settings = settings_from(args, config.auth_token)
+        settings = settings_from(args, config.exposure)
     except UsageError as e:
         return refuse(prog, e)
     app = make_app(settings)
-    return run(prog, serve_until_stopped(app, config, prog=prog), config.log_level)
+    return run(prog, serve_until_stopped(app, config, prog=prog), config)

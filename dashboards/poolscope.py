@@ -344,7 +344,9 @@ def instance() -> Json:
                           "{{instance_id}}"),), mappings=INSTANCE_ADMISSION.mappings()),
         )),
         Row("GPUs", (
-            Panel("stat", "GPUs", "Absent when NVML cannot be initialised.",
+            Panel("stat", "GPUs", "Absent when NVML cannot be initialised: on a host without "
+                  "an NVIDIA driver poolscope_collector_unavailable_info{collector=\"gpu\"} "
+                  "says so (a state, not a failure).",
                   (one("poolscope_gpu_devices", "gpus"),), width=4),
             Panel("state-timeline", "GPU health", "A failing read makes a GPU unhealthy.",
                   (one("poolscope_gpu_healthy", "GPU {{gpu}} {{gpu_model}}"),),

@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from poolscope.bridge.serve import add_bridge_flags, serve_bridge
 from poolscope.proxy_bridge.app import create_app
 from poolscope.service import ports
-from poolscope.service.argtypes import OneLineErrorParser, identifier
+from poolscope.service.argtypes import ServiceParser, identifier
 from poolscope.service.identity import ID_RULE
 from poolscope.service.web import add_common_flags
 
 PROG = "poolscope-proxy-bridge"
 
 
-def build_parser() -> OneLineErrorParser:
-    p = OneLineErrorParser(
+def build_parser() -> ServiceParser:
+    p = ServiceParser(
         prog=PROG, description="Serve one Proxy pool's summary, its Proxy-local detail and "
                                "the provenance of every field.")
     p.add_argument("--proxy-id", type=identifier, required=True, metavar="PID",

@@ -3,7 +3,8 @@
 fields.py says in general when a field is null; this looks at the pool's raw series
 at the summary's evaluation time and names the cause that applies now: the Proxy
 exporter is not scraped, an Instance exporter is down, the engine is unreachable or
-does not expose the value, there is no GPU or no NVML, or the input is not wired
+does not expose the value, there is no GPU or no NVIDIA driver (a state, not a
+failure), NVML fails where GPUs were asked for, or the input is not wired
 (no queue capacity configured). Causes are checked in the order the data flows:
 a silent Proxy-side exporter (embedded or gateway) explains every null of a field
 only it measures, while the Instance-side fields are diagnosed per member (the
@@ -209,14 +210,30 @@ def _gpu_cause(view: LocalView, instance_id: str) -> tuple[Code, str] | None:
     host_cause = _host_cause(view, instance_id)
     if host_cause is not None:
         return host_cause
+    s = view.series.of(instance_id)
+    unavailable = sorted({labels.get("reason", "") for labels, value
+                          in s.get(c.COLLECTOR_UNAVAILABLE.name, [])
+                          if labels.get("collector") == "gpu" and value == 1})
+    if unavailable:
+        return (Code.NO_GPU,
+                f"the host has no NVIDIA driver ({c.COLLECTOR_UNAVAILABLE.name} reason="
+                f"{', '.join(unavailable)}): no GPU data, which is neither failing nor idle")
     reasons = _failed(view, instance_id, "gpu")
     if reasons is not None:
         if NVML_UNAVAILABLE in reasons:
             return (Code.NVML_UNAVAILABLE,
-                    "NVML cannot be loaded or initialised on the host (no driver or no "
-                    "GPU): GPU readings are absent, not zero")
+                    "NVML cannot be loaded or initialised where GPUs are expected "
+                    "(--collector.gpu without a driver, a driver NVML refuses, or pynvml "
+                    "missing beside one): GPU readings are absent, not zero")
         return (Code.GPU_COLLECTOR_FAILED, f"the GPU collector fails ({', '.join(reasons)})")
-    s = view.series.of(instance_id)
+    if view.collector(instance_id, "gpu")["success"] is None:
+        # No health at all: the collector is switched off, or unavailable and its
+        # info series not among the series read.
+        return (Code.NO_GPU,
+                f"the Instance exporter measures no GPU (no {c.COLLECTOR_SUCCESS.name} for "
+                "its gpu collector): the host has no NVIDIA driver "
+                f"({c.COLLECTOR_UNAVAILABLE.name} says so) or --no-collector.gpu; no GPU "
+                "data, which is neither failing nor idle")
     devices = one(s.get(c.GPU_DEVICES.name, []))
     if devices is None or devices == 0:
         return (Code.NO_GPU, f"the host has no GPU ({c.GPU_DEVICES.name} = {devices})")

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from poolscope.bridge.serve import add_bridge_flags, serve_bridge
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.service import ports
-from poolscope.service.argtypes import OneLineErrorParser
+from poolscope.service.argtypes import ServiceParser
 from poolscope.service.web import HttpLimits, add_common_flags
 
 PROG = "poolscope-scheduler-bridge"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineErrorParser(
+    p = ServiceParser(
         prog=PROG, description="Serve every Proxy pool's summary from the proxy_pool: rollups.")
     add_bridge_flags(p)
     # Every Scheduler replica and operator polls this one: room for hundreds of clients.

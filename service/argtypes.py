@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
+import os
 import re
 import sys
 import urllib.parse
 from collections.abc import Sequence
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
+from poolscope.service import build
 from poolscope.service.identity import ID_RULE, valid_id
 
 LOOPBACK = "127.0.0.1"
@@ -55,6 +57,107 @@ class OneLineErrorParser(argparse.ArgumentParser):
             return self.parse_args(argv)
         finally:
             self._raising = False
+
+
+ENV_PREFIX = "POOLSCOPE_"
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+
+
+def env_name(action: argparse.Action) -> str:
+    """`--web.listen-address` reads POOLSCOPE_WEB_LISTEN_ADDRESS: the flag's first
+    (canonical) name, as dcgm-exporter names its DCGM_EXPORTER_* variables."""
+    return ENV_PREFIX + action.option_strings[0].lstrip("-").upper().replace(".", "_").replace(
+        "-", "_")
+
+
+class ServiceParser(OneLineErrorParser):
+    """A Poolscope console script's parser: every flag can also come from its POOLSCOPE_*
+    environment variable (a container or a systemd unit configures it so), and
+    `--version` says which build runs.
+
+    The command line wins over the environment, the environment over the default.
+    A variable's value goes through the flag's own type and choices, so a bad one
+    is refused at start-up like a bad flag, in one line naming both; an empty one
+    counts as unset (systemd writes `KEY=` for a value left out).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action=_Version, help="print the version and exit")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None,
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        self._apply_environment(argv)
+        return super().parse_known_args(argv, namespace)
+
+    def configurable(self) -> list[argparse.Action]:
+        """The actions a variable can set: every flag but --help and --version."""
+        return [a for a in self._actions if a.option_strings
+                and not isinstance(a, argparse._HelpAction | _Version)]
+
+    def format_help(self) -> str:
+        for action in self.configurable():
+            name = env_name(action)
+            if action.help is not None and name not in action.help:
+                action.help = f"{action.help} [${name}]"
+        return super().format_help()
+
+    def _apply_environment(self, argv: Sequence[str]) -> None:
+        given = {arg.partition("=")[0] for arg in argv if arg.startswith("--")}
+        # A flag on the command line replaces its variable (an appended list included).
+        from_env = {a: text for a in self.configurable() if (text := os.environ.get(env_name(a)))
+                    and not given.intersection(a.option_strings)}
+        for group in self._mutually_exclusive_groups:
+            members = group._group_actions
+            if any(o in given for a in members for o in a.option_strings):
+                for a in members:  # the command line chose one: the environment yields
+                    from_env.pop(a, None)
+            named = [env_name(a) for a in members if a in from_env]
+            if len(named) > 1:
+                self.error(f"{' and '.join(named)} exclude each other: set one")
+            if named:
+                group.required = False
+        for action, text in from_env.items():
+            action.default = self._from_env(action, env_name(action), text)
+            action.required = False
+
+    def _from_env(self, action: argparse.Action, name: str, text: str) -> Any:
+        where = f"{name} (for {action.option_strings[0]})"
+        if action.nargs == 0:  # a switch: store_true, BooleanOptionalAction
+            word = text.strip().lower()
+            if word not in _TRUE | _FALSE:
+                self.error(f"{where}: expected true or false, got {text!r}")
+            on = word in _TRUE
+            return on if action.const is None or action.const is True else (
+                action.const if on else action.default)
+        values = [v.strip() for v in text.split(",")] if isinstance(
+            action, argparse._AppendAction) else [text]
+        converted = []
+        for value in values:
+            try:
+                item = action.type(value) if callable(action.type) else value
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+                self.error(f"{where}: {e}")
+            if action.choices is not None and item not in action.choices:
+                shown = ", ".join(map(repr, action.choices))
+                self.error(f"{where}: invalid choice {value!r} (choose from {shown})")
+            converted.append(item)
+        return converted if isinstance(action, argparse._AppendAction) else converted[0]
+
+
+class _Version(argparse.Action):
+    """Prints the build line only when asked: building a parser reads no git state."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(build.version_text(parser.prog))
+        parser.exit()
 
 
 # --- addresses --------------------------------------------------------------------

@@ -3,10 +3,11 @@
 They share one threat model (more than Prometheus may reach them), so they
 share one implementation of it rather than three that drift: what one client can hold
 or send is bounded (`HttpLimits`, enforced by `serving`), request bodies are refused
-(no endpoint takes one), an optional bearer token guards all but /healthz (which
-liveness probes must reach without a secret), TLS wraps the whole listener, and every
-error is JSON with a cause. The common flags are declared here too, so a flag means
-the same on every service and a bad value is refused the same way: one line, exit 2.
+(no endpoint takes one), optional credentials (a bearer token, basic-auth users:
+`poolscope.service.auth`) guard all but /healthz (which liveness probes must reach
+without a secret), TLS wraps the whole listener, and every error is JSON with a cause.
+The common flags are declared here too, so a flag means the same on every service and
+a bad value is refused the same way: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -16,17 +17,24 @@ import array
 import asyncio
 import contextlib
 import fcntl
-import hmac
 import itertools
-import logging
+import re
 import signal
 import ssl
 import sys
 import termios
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -35,6 +43,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Histogram
 
+from poolscope.service import logs, webconfig
 from poolscope.service.argtypes import (
     Listen,
     UsageError,
@@ -43,9 +52,10 @@ from poolscope.service.argtypes import (
     positive_int,
     refuse,
 )
+from poolscope.service.auth import OPEN_PATHS, Access, access_control
+from poolscope.service.logs import FORMATS, log_level
 
-UNAUTHENTICATED = frozenset({"/healthz"})
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+METRICS_PATH = "/metrics"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -238,43 +248,24 @@ async def no_body(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
-def _raw_header(request: web.Request, name: str) -> bytes:
-    """The header's bytes as sent: aiohttp decodes them as UTF-8 with surrogate
-    escapes, so a value that is not UTF-8 is not an error, only a value."""
-    try:
-        return request.headers.get(name, "").encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # not from the wire: nothing it could equal
-        return b""
-
-
-def bearer_auth(token: str) -> Middleware:
-    """Only a client with the token keeps its connection: any other answer, /healthz
-    included, comes with `Connection: close`, so an unauthenticated client holds a
-    slot under the connection cap for one request at most."""
-    expected = f"Bearer {token}".encode()
-
+def response_headers(headers: Mapping[str, str]) -> Middleware:
+    """The headers a web config sets (HSTS, X-Frame-Options, ...) on every answer."""
     @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        # constant time: no token oracle
-        authorized = hmac.compare_digest(_raw_header(request, "Authorization"), expected)
-        if request.path in UNAUTHENTICATED:
-            response = await handler(request)
-        elif authorized:
-            return await handler(request)
-        else:
-            response = json_error(401, "missing or wrong bearer token")
-            response.headers["WWW-Authenticate"] = 'Bearer realm="poolscope"'
-        if not authorized:
-            response.force_close()
+    async def add(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        response.headers.update(headers)
         return response
-    return check
+    return add
 
 
-def guarded(auth_token: str | None) -> list[Middleware]:
-    """The middlewares every service runs, outermost first: JSON errors, the bearer
-    token when one is configured (first, so that every answer to a client without
-    it closes the connection), no bodies."""
-    return [json_errors, *([bearer_auth(auth_token)] if auth_token else []), no_body]
+def guarded(access: Access | None, headers: Mapping[str, str] | None = None) -> list[Middleware]:
+    """The middlewares every service runs, outermost first: the web config's response
+    headers, JSON errors, access control when credentials are configured (before
+    anything else reads the request, so every answer to a client without them closes
+    the connection), no bodies."""
+    return [*([response_headers(headers)] if headers else []), json_errors,
+            *([access_control(access, json_error)] if access and access.required else []),
+            no_body]
 
 
 def timing(histogram: Histogram) -> Middleware:
@@ -300,21 +291,41 @@ def timing(histogram: Histogram) -> Middleware:
 
 # --- the common flags -------------------------------------------------------------
 
+def telemetry_path(value: str) -> str:
+    """Where /metrics is served: an absolute path a URL can carry as is."""
+    if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or value == "/" or "//" in value:
+        raise argparse.ArgumentTypeError(
+            f"expected an absolute path such as /metrics, got {value!r}")
+    return value
+
+
 def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
                      default_log_level: str, limits: HttpLimits | None = None) -> None:
     """The flags every service takes; `service_config` turns them into a ServiceConfig.
 
-    `limits` sets the defaults: a service many clients poll at once (the Scheduler
-    bridge) needs a higher connection cap than one a few Prometheus servers scrape.
+    Named as node_exporter and every exporter-toolkit service names them
+    (`--web.listen-address`, `--web.telemetry-path`, `--web.config.file`, `--log.level`,
+    `--log.format`), so an operator's habits and a Helm chart's values carry over;
+    the names Poolscope used first stay as aliases. `limits` sets the defaults: a
+    service many clients poll at once (the Scheduler bridge) needs a higher
+    connection cap than one a few Prometheus servers scrape.
     """
-    p.add_argument("--listen", type=parse_listen, default=default_listen, metavar="HOST:PORT",
+    p.add_argument("--web.listen-address", "--listen", dest="listen", type=parse_listen,
+                   default=default_listen, metavar="HOST:PORT",
                    help=f"address to serve on (default {default_listen}); a bare PORT "
                         "stays on loopback")
+    p.add_argument("--web.telemetry-path", dest="telemetry_path", type=telemetry_path,
+                   default=METRICS_PATH, metavar="PATH",
+                   help=f"path of the Prometheus page (default {METRICS_PATH})")
+    p.add_argument("--web.config.file", dest="web_config_file", type=Path, metavar="FILE",
+                   help="exporter-toolkit web config: TLS (tls_server_config), client CAs, "
+                        "basic-auth users with bcrypt hashes (basic_auth_users)")
     p.add_argument("--auth-token-file", type=Path, metavar="FILE",
                    help="require 'Authorization: Bearer <token>' (the file's content) on "
                         "every endpoint but /healthz")
     p.add_argument("--tls-cert", type=Path, metavar="PEM",
-                   help="serve HTTPS with this certificate (chain); needs --tls-key")
+                   help="serve HTTPS with this certificate (chain); needs --tls-key (or use "
+                        "--web.config.file)")
     p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     limits = limits or HttpLimits()
     p.add_argument("--max-connections", type=positive_int, default=limits.max_connections,
@@ -324,8 +335,25 @@ def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
     p.add_argument("--idle-timeout", type=positive_float, default=limits.idle_timeout_s,
                    help="seconds a connection may sit without a complete request before it "
                         f"is closed (default {limits.idle_timeout_s:g})")
-    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
-                   default=default_log_level, help=f"(default {default_log_level})")
+    default_level = log_level(default_log_level)
+    p.add_argument("--log.level", "--log-level", dest="log_level", type=log_level,
+                   default=default_level, metavar="LEVEL",
+                   help=f"debug, info, warn or error (default {default_level})")
+    p.add_argument("--log.format", dest="log_format", choices=FORMATS, default=FORMATS[0],
+                   help="logfmt or json (default %(default)s)")
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What a service's app takes from the common flags: who may read it, where its
+    Prometheus page is, and the headers a web config puts on every answer."""
+
+    access: Access | None = None
+    telemetry_path: str = METRICS_PATH
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def middlewares(self) -> list[Middleware]:
+        return guarded(self.access, self.headers)
 
 
 @dataclass(frozen=True)
@@ -335,8 +363,9 @@ class ServiceConfig:
     listen: Listen
     log_level: str
     limits: HttpLimits
-    auth_token: str | None
     tls: ssl.SSLContext | None
+    exposure: Exposure = field(default_factory=Exposure)
+    log_format: str = FORMATS[0]
 
     def url(self) -> str:
         return self.listen.url("https" if self.tls else "http")
@@ -371,10 +400,20 @@ def service_config(args: argparse.Namespace) -> ServiceConfig:
     """Check the common flags of a parser built with `add_common_flags`; raises
     UsageError with a one-line message."""
     limits = HttpLimits(max_connections=args.max_connections, idle_timeout_s=args.idle_timeout)
-    return ServiceConfig(
-        args.listen, args.log_level, limits,
-        read_token(args.auth_token_file) if args.auth_token_file else None,
-        tls_context(args.tls_cert, args.tls_key))
+    web_config = webconfig.load(args.web_config_file) if args.web_config_file else None
+    tls = tls_context(args.tls_cert, args.tls_key)
+    if web_config is not None and web_config.tls is not None and tls is not None:
+        raise UsageError("--tls-cert/--tls-key and --web.config.file's tls_server_config "
+                         "both configure TLS: keep one")
+    token = read_token(args.auth_token_file) if args.auth_token_file else None
+    access = Access(bearer_token=token,
+                    basic_users=web_config.basic_users if web_config else {},
+                    open_paths=OPEN_PATHS | (web_config.open_paths if web_config else set()))
+    exposure = Exposure(access if access.required else None, args.telemetry_path,
+                        web_config.headers if web_config else {})
+    return ServiceConfig(args.listen, args.log_level, limits,
+                         tls or (web_config.tls if web_config else None), exposure,
+                         args.log_format)
 
 
 # --- running a service ------------------------------------------------------------
@@ -416,14 +455,13 @@ def command(prog: str, argv: Sequence[str] | None,
         config = parse(argv)
     except UsageError as e:
         return refuse(prog, e)
-    return run(prog, serve(config), config.service.log_level)
+    return run(prog, serve(config), config.service)
 
 
-def run(prog: str, service: Coroutine[Any, Any, None], log_level: str) -> int:
+def run(prog: str, service: Coroutine[Any, Any, None], config: ServiceConfig) -> int:
     """Run a service's main coroutine: 0 after SIGTERM/SIGINT, 1 when its address
     cannot be bound."""
-    logging.basicConfig(level=log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_level, config.log_format)
     try:
         with contextlib.suppress(KeyboardInterrupt):  # a SIGINT before the handler is set
             asyncio.run(service)

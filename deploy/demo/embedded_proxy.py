@@ -17,9 +17,10 @@ import itertools
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from deploy.demo.proxy_forward import error_response, outcome_for_status
+from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
 from poolscope.exporters.proxy import ProxyExporter
 
 
@@ -61,10 +62,9 @@ async def create_app(proxy_id: str, instances: dict[str, str],
                             exporter.instances.heartbeat(instance_id)
             await asyncio.sleep(2.0)  # well inside the registry's 10 s heartbeat timeout
 
-    async def serve_metrics(_: web.Request) -> web.Response:
-        # Served on the event loop, so a scrape never reads a half-updated dispatch.
-        return web.Response(body=generate_latest(metrics),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # Served on the event loop, so a scrape never reads a half-updated dispatch; in
+    # the format the scraper asks for (OpenMetrics or the text format).
+    serve_metrics = metrics_handler(ScrapePage(metrics).page)
 
     async def on_cleanup(_: web.Application) -> None:
         checks.cancel()

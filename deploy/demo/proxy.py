@@ -26,11 +26,12 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from deploy.demo.proxy_chat import ChatPath, PathConfig
 from deploy.demo.proxy_control import ControlPlane
 from deploy.demo.proxy_select import Strategy
+from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
@@ -60,9 +61,7 @@ def create_app(proxy_id: str, path: PathConfig | None = None,
     chat = ChatPath(exporter, path or PathConfig(), rng)
     control = ControlPlane(exporter.instances, chat.pool_changed)
 
-    async def serve_metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(metrics),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+    serve_metrics = metrics_handler(ScrapePage(metrics).page)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "proxy_id": proxy_id})

@@ -82,7 +82,8 @@ HOST_NETWORK_TRANSMIT = _instance(
 GPU_LABELS = ("gpu", "gpu_uuid", "gpu_model")
 GPU_DEVICES = _instance(
     "poolscope_gpu_devices", "gauge",
-    "GPUs NVML reports on the host; absent when NVML cannot be initialised.")
+    "GPUs NVML reports on the host; absent when NVML cannot be initialised (without "
+    "an NVIDIA driver, poolscope_collector_unavailable_info says so).")
 GPU_HEALTHY = _instance(
     "poolscope_gpu_healthy", "gauge",
     "1 when every read of this GPU succeeded in the last sample, 0 when one failed "
@@ -111,19 +112,22 @@ INSTANCE_GPUS = _instance(
     "GPUs of this model on the host, by health: healthy when every read of the GPU "
     "succeeded in the last sample (as poolscope_gpu_healthy), else unhealthy; both "
     "values are published for every model present.", "gpu_model", "health")
+# Each name ends in its unit, and none in `_sum`, `_count` or `_bucket` (a histogram's
+# or summary's, which promtool's lint refuses on a gauge); the per-GPU names are
+# `poolscope_gpu_*`, so `poolscope_instance_gpu_memory_used_bytes` clashes with none.
 INSTANCE_GPU_UTILIZATION_SUM = _instance(
-    "poolscope_instance_gpu_utilization_ratio_sum", "gauge",
+    "poolscope_instance_gpu_utilization_sum_ratio", "gauge",
     "Sum of poolscope_gpu_utilization_ratio over the healthy GPUs of this model; "
     "divided by poolscope_instance_gpus{health=\"healthy\"} it is their mean.", "gpu_model")
 INSTANCE_GPU_UTILIZATION_MAX = _instance(
-    "poolscope_instance_gpu_utilization_ratio_max", "gauge",
+    "poolscope_instance_gpu_utilization_max_ratio", "gauge",
     "The busiest healthy GPU of this model: max of poolscope_gpu_utilization_ratio.",
     "gpu_model")
 INSTANCE_GPU_MEMORY_USED_SUM = _instance(
-    "poolscope_instance_gpu_memory_used_bytes_sum", "gauge",
+    "poolscope_instance_gpu_memory_used_bytes", "gauge",
     "Framebuffer memory in use, summed over the healthy GPUs of this model.", "gpu_model")
 INSTANCE_GPU_MEMORY_TOTAL_SUM = _instance(
-    "poolscope_instance_gpu_memory_total_bytes_sum", "gauge",
+    "poolscope_instance_gpu_memory_total_bytes", "gauge",
     "Framebuffer memory in all, summed over the healthy GPUs of this model.", "gpu_model")
 
 # --- Instance exporter: engine (source="engine:<name>", one of ENGINES) ---------
@@ -204,6 +208,18 @@ COLLECTOR_DURATION = _instance(
 COLLECTOR_ERRORS = _instance(
     "poolscope_collector_errors_total", "counter",
     "Failed samples by collector and reason.", "collector", "reason")
+# A collector with nothing to read on this host (a GPU-less host has no NVIDIA driver)
+# is in a state, not failing: node_exporter's model. It then publishes this series
+# alone, in place of its usage and health series; `reason` is one of
+# UNAVAILABLE_REASONS (poolscope.exporters.common.health.UnavailableReason).
+UNAVAILABLE_REASONS = ("no_nvml_library", "driver_not_loaded")
+COLLECTOR_UNAVAILABLE = _instance(
+    "poolscope_collector_unavailable_info", "gauge",
+    "1 while the collector has nothing to read on this host, by reason "
+    "(no_nvml_library: NVIDIA's libnvidia-ml.so.1 is not installed; driver_not_loaded: "
+    "it is, but NVML finds no loaded kernel driver): a state, not a failure. The "
+    "collector's usage and health series are then absent, none reads 0.",
+    "collector", "reason")
 
 # --- Proxy exporter: per Instance in the pool ---------------------------------
 PROXY_INSTANCE_REGISTERED = _instance(

@@ -1,14 +1,26 @@
-"""/metrics rendered once per sampling round, not once per scrape.
+"""/metrics: one negotiation of the format for every service, and, for the Instance
+exporter, a page rendered once per sampling round, not once per scrape.
+
+Every page speaks both formats a scraper may ask for, as prometheus_client's
+`choose_encoder` negotiates them: OpenMetrics 1.0.0 for a scraper whose `Accept`
+names `application/openmetrics-text` (Prometheus asks first for it), the text format
+0.0.4 for anyone else (curl, promtool, an old scraper). Where `choose_encoder`
+differs, HTTP's rules win: a version that is not a number is not OpenMetrics 1.x
+(there it fails the page with a TypeError), a media range weighted `q=0` is refused,
+not chosen, and media types match in any case. A scraper asking for a later version
+(2.0.0) gets 1.0.0, and a Content-Type that says so. Every answer says `Vary:
+Accept`, so a cache between scraper and service never serves one format for the other.
 
 Rendering text is most of what a scrape costs (prometheus_client formats and
 escapes every line in Python), yet between two samples the held state, and so
 the page, does not change: an HA pair of Prometheus servers, or ten, would pay
-to render the same bytes again and again. So the page is cut in two. The part
-only a sample can change is rendered on the first scrape after the state's key
-changes and then served as cached bytes; the part measured at scrape time (a
-sample's age) is rendered for every scrape and appended. Keying on the state
-rather than on a timer means a sample that lands between two scrapes is never
-hidden behind a stale page.
+to render the same bytes again and again. So the Instance exporter's page is cut
+in two. The part only a sample can change is rendered on the first scrape after
+the state's key changes, once per format, and then served as cached bytes; the
+part measured at scrape time (a sample's age, the process' own series) is rendered
+for every scrape, in the page's format, and appended before the OpenMetrics
+terminator. Keying on the state rather than on a timer means a sample that lands
+between two scrapes is never hidden behind a stale page.
 
 The page is served uncompressed even to a scraper that accepts gzip (Prometheus
 always asks): measured, compressing each scrape's page costs ~0.17 ms of CPU,
@@ -17,11 +29,87 @@ more than serving the cached part, to save ~6 KB on a 7.5 KB page.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator
+import itertools
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
 
-from prometheus_client import generate_latest
+from aiohttp import hdrs, web
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
+
+from poolscope.service.build import BuildInfoCollector
+
+OPENMETRICS_TYPE = "application/openmetrics-text"
+
+
+@dataclass(frozen=True, eq=False)
+class Format:
+    """One exposition format: how a part of a page renders, and how a page ends."""
+
+    name: str
+    content_type: str
+    generate: Callable[[Collector], bytes]
+    # What ends a whole page (OpenMetrics' `# EOF`); parts are rendered without it.
+    terminator: bytes = b""
+
+    def part(self, collector: Collector) -> bytes:
+        """The collector's families without the terminator, so that parts rendered
+        apart (a cached one, a fresh one) join into one page."""
+        text = self.generate(collector)
+        if not text.endswith(self.terminator):
+            raise RuntimeError(f"{self.name} rendering does not end with {self.terminator!r}")
+        return text[:len(text) - len(self.terminator)]
+
+    def page(self, *parts: bytes) -> bytes:
+        return b"".join(parts) + self.terminator
+
+
+TEXT = Format("text 0.0.4", CONTENT_TYPE_PLAIN_0_0_4, generate_latest)
+OPENMETRICS = Format("OpenMetrics 1.0.0", openmetrics.CONTENT_TYPE_LATEST,
+                     openmetrics.generate_latest, b"# EOF\n")
+
+
+def _openmetrics_1(media_range: str) -> bool:
+    """Whether one `Accept` media range asks for OpenMetrics we can serve: version
+    1.0.0 or later (or none: the latest), not refused with q=0."""
+    media_type, *params = (p.strip() for p in media_range.split(";"))
+    if media_type.lower() != OPENMETRICS_TYPE:
+        return False
+    values = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in params)}
+    try:
+        if float(values.get("q", "1")) <= 0:
+            return False
+    except ValueError:
+        return False
+    version = values.get("version")
+    if not version:
+        return True
+    try:
+        return tuple(int(n) for n in version.split(".")) >= (1, 0, 0)
+    except ValueError:
+        return False
+
+
+def negotiate(accept: str | None) -> Format:
+    """The format to serve a scraper whose `Accept` header is `accept`."""
+    if accept and any(_openmetrics_1(r) for r in accept.split(",")):
+        return OPENMETRICS
+    return TEXT
+
+
+Page = Callable[[Format], bytes]
+
+
+def metrics_handler(page: Page) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The aiohttp handler every service's /metrics is: negotiate, render, label."""
+    async def metrics(request: web.Request) -> web.Response:
+        # Several Accept headers are one list (RFC 9110, 5.3).
+        fmt = negotiate(",".join(request.headers.getall(hdrs.ACCEPT, ())))
+        return web.Response(body=page(fmt), headers={hdrs.CONTENT_TYPE: fmt.content_type,
+                                                     hdrs.VARY: hdrs.ACCEPT})
+    return metrics
 
 
 class _Families(Collector):
@@ -35,12 +123,33 @@ class _Families(Collector):
         yield from self._families()
 
 
+def process_collectors() -> tuple[Collector, Collector]:
+    """What every service's page says about its own process: prometheus_client's
+    standard `process_*` series and `poolscope_build_info`. They describe the
+    process, not the cluster, so they carry no `source` and no identity labels,
+    exactly as every other exporter publishes them."""
+    return BuildInfoCollector(), ProcessCollector(registry=None)
+
+
+class ScrapePage:
+    """A page rendered whole for every scrape, from `collectors` in order (a
+    registry, `process_collectors()`); their family names must not overlap."""
+
+    def __init__(self, *collectors: Collector) -> None:
+        self._all = _Families(lambda: itertools.chain.from_iterable(
+            c.collect() for c in collectors))
+
+    def page(self, fmt: Format = TEXT) -> bytes:
+        return fmt.page(fmt.part(self._all))
+
+
 class RoundCache:
-    """The exposition of `sampled` families, rendered once per value of `key()`,
-    followed by the `scrape_time` families rendered for each page.
+    """The exposition of `sampled` families, rendered once per value of `key()` and
+    format, followed by the `scrape_time` families rendered for each page.
 
     `key()` must change whenever anything `sampled` yields could: a sample taken,
     an operator's switch flipped. It is called on every page, so it must be cheap.
+    No family may be in both parts: a page may name each family once.
     """
 
     def __init__(self, key: Callable[[], Hashable],
@@ -49,13 +158,14 @@ class RoundCache:
         self._key = key
         self._sampled = _Families(sampled)
         self._scrape_time = _Families(scrape_time)
-        self._round: tuple[Hashable, bytes] | None = None
-        self.renders = 0  # how often the sampled part was rendered
+        self._rounds: dict[str, tuple[Hashable, bytes]] = {}
+        self.renders = 0  # how often the sampled part was rendered, all formats together
 
-    def page(self) -> bytes:
-        """The whole exposition text, in the Prometheus text format 0.0.4."""
+    def page(self, fmt: Format = TEXT) -> bytes:
+        """The whole exposition in `fmt` (by default the text format 0.0.4)."""
         key = self._key()
-        if self._round is None or self._round[0] != key:
-            self._round = key, generate_latest(self._sampled)
+        held = self._rounds.get(fmt.name)
+        if held is None or held[0] != key:
+            held = self._rounds[fmt.name] = key, fmt.part(self._sampled)
             self.renders += 1
-        return self._round[1] + generate_latest(self._scrape_time)
+        return fmt.page(held[1], fmt.part(self._scrape_time))

@@ -8,6 +8,12 @@ value that merely stopped changing.
 
 The error reasons are a closed vocabulary so that the `reason` label stays
 bounded no matter what an engine or driver throws at us.
+
+A collector with nothing to read on this host (no NVIDIA driver on a CPU-only
+host) is not failing, as in node_exporter: it is *unavailable*, a state with a
+reason of its own vocabulary. It then publishes one info series and none of the
+others: a success of 0 and a rising error counter would page someone for every
+CPU-only host, and a success of 1 would claim a measurement that was never made.
 """
 
 from __future__ import annotations
@@ -38,11 +44,18 @@ class ErrorReason(StrEnum):
     INTERNAL = "internal"
 
 
+class UnavailableReason(StrEnum):
+    """Why a collector has nothing to read; the values of catalog.UNAVAILABLE_REASONS."""
+
+    NO_NVML_LIBRARY = "no_nvml_library"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+
+
 @dataclass(frozen=True)
 class HealthFamilies:
     """Which catalog families a board fills; None where an exporter has no such family.
 
-    The Instance exporter publishes all five; the Proxy exporter's catalog has
+    The Instance exporter publishes all six; the Proxy exporter's catalog has
     only success and duration, so it passes None for the rest.
     """
 
@@ -51,6 +64,7 @@ class HealthFamilies:
     last_success: Family | None = None
     sample_age: Family | None = None
     errors: Family | None = None
+    unavailable: Family | None = None
 
 
 INSTANCE_HEALTH = HealthFamilies(
@@ -59,6 +73,7 @@ INSTANCE_HEALTH = HealthFamilies(
     last_success=catalog.COLLECTOR_LAST_SUCCESS,
     sample_age=catalog.COLLECTOR_SAMPLE_AGE,
     errors=catalog.COLLECTOR_ERRORS,
+    unavailable=catalog.COLLECTOR_UNAVAILABLE,
 )
 
 
@@ -76,11 +91,15 @@ class CollectorHealth:
         self.last_success_wall: float | None = None
         self._last_success_mono: float | None = None
         self.last_reason: ErrorReason | None = None
+        # Set while the collector has nothing to read; a sample that succeeds or
+        # fails clears it.
+        self.unavailable_reason: UnavailableReason | None = None
         # Every reason the collector can hit starts at a measured 0, so the
         # first failure is an increase() Prometheus can see.
         self.errors: dict[ErrorReason, int] = dict.fromkeys(reasons, 0)
 
     def succeeded(self, duration: float) -> None:
+        self.unavailable_reason = None
         self.success = True
         self.duration = duration
         self.last_reason = None
@@ -88,10 +107,18 @@ class CollectorHealth:
         self._last_success_mono = self._monotonic()
 
     def failed(self, reason: ErrorReason, duration: float) -> None:
+        self.unavailable_reason = None
         self.success = False
         self.duration = duration
         self.last_reason = reason
         self.count_error(reason)
+
+    def unavailable(self, reason: UnavailableReason) -> None:
+        """Nothing to read: neither a success nor a failure, so both are forgotten."""
+        self.unavailable_reason = reason
+        self.success = None
+        self.duration = None
+        self.last_reason = None
 
     def count_error(self, reason: ErrorReason) -> None:
         """Count an error that did not fail the whole sample (one GPU of eight)."""
@@ -140,8 +167,13 @@ class HealthBoard:
         success, duration = fam.success.new(), fam.duration.new()
         last = fam.last_success.new() if fam.last_success else None
         errors = fam.errors.new() if fam.errors else None
+        unavailable = fam.unavailable.new() if fam.unavailable else None
         for h in self._collectors.values():
             labels = [*prefix, h.name]
+            if h.unavailable_reason is not None:
+                if unavailable is not None:
+                    unavailable.add_metric([*labels, h.unavailable_reason.value], 1.0)
+                continue  # its one series; no health to report
             if h.success is not None:
                 success.add_metric(labels, 1.0 if h.success else 0.0)
             if h.duration is not None:
@@ -151,7 +183,8 @@ class HealthBoard:
             if errors is not None:
                 for reason, count in h.errors.items():
                     errors.add_metric([*labels, reason.value], float(count))
-        yield from (m for m in (success, duration, last, errors) if m is not None)
+        yield from (m for m in (success, duration, last, errors, unavailable)
+                    if m is not None)
 
     def age_families(self, prefix: Sequence[str]) -> Iterator[Metric]:
         """The sample ages, measured now: they change with every scrape."""
@@ -160,6 +193,6 @@ class HealthBoard:
         age = self._families.sample_age.new()
         for h in self._collectors.values():
             sample_age = h.age()
-            if sample_age is not None:
+            if sample_age is not None and h.unavailable_reason is None:
                 age.add_metric([*prefix, h.name], sample_age)
         yield age

@@ -8,7 +8,9 @@ scrape only copies the latest held sample. A failed sample drops what was held
 (measured or absent: the last good value is not re-served as if current) and
 the health board says why. A held sample older than FRESH_S (the loop
 itself stalled) is not served either: what an exporter serves is fresh, so the
-recording rules need no freshness gate of their own.
+recording rules need no freshness gate of their own. A reader with nothing to
+read on this host raises Unavailable instead: a state, held without a sample
+and without counting an error (poolscope.exporters.common.health).
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ from typing import Generic, Protocol, TypeVar
 
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
+from poolscope.exporters.common.health import (
+    CollectorHealth,
+    ErrorReason,
+    HealthBoard,
+    UnavailableReason,
+)
 from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.service.argtypes import positive_float
 from poolscope.service.identity import Identity
@@ -53,11 +60,22 @@ class SampleError(Exception):
         self.detail = detail
 
 
+class Unavailable(Exception):
+    """The reader has nothing to read on this host (a CPU-only host's GPUs): a state
+    in the health vocabulary, not a failure."""
+
+    def __init__(self, reason: UnavailableReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
 class Reader(Protocol[S]):
     """One collector: reads a sample off the event loop's critical path, and turns
     a held sample into families at scrape time.
 
-    `read` raises SampleError for failures it understands. A sample may carry
+    `read` raises SampleError for failures it understands, and Unavailable when
+    there is nothing to read on this host. A sample may carry
     `read_errors` (a tuple of ErrorReason) for parts that failed while the
     sample as a whole succeeded, e.g. one GPU of eight.
     """
@@ -142,6 +160,13 @@ class SamplingLoop:
                 value = await asyncio.shield(read)
         except SampleError as e:
             self._fail(slot, e.reason, e.detail, start)
+        except Unavailable as e:
+            # Said once per reason: it is how the host is, not news every second.
+            if slot.health.unavailable_reason is not e.reason:
+                log.info("collector %s unavailable (%s): %s", slot.reader.name,
+                         e.reason.value, e.detail)
+            slot.value = None
+            slot.health.unavailable(e.reason)
         except TimeoutError:
             self._fail(slot, ErrorReason.TIMEOUT, f"no answer within {slot.timeout:g}s", start)
         except Exception as e:  # a reader bug must not stop the other collectors
@@ -150,6 +175,8 @@ class SamplingLoop:
         else:
             if slot.health.success is False:
                 log.warning("collector %s recovered", slot.reader.name)
+            elif slot.health.unavailable_reason is not None:
+                log.info("collector %s now available", slot.reader.name)
             slot.value = value
             slot.health.succeeded(self._monotonic() - start)
             for reason in getattr(value, "read_errors", ()):

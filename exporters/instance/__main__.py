@@ -28,7 +28,7 @@ async def serve(config: Config) -> None:
     loop.add_signal_handler(signal.SIGUSR1, _set_draining, exporter, True)
     loop.add_signal_handler(signal.SIGUSR2, _set_draining, exporter, False)
     try:
-        await serve_until_stopped(make_app(exporter, config.service.auth_token),
+        await serve_until_stopped(make_app(exporter, config.service.exposure),
                                   config.service, prog=PROG, started=exporter.start)
     finally:
         await exporter.stop()  # after the listener closed

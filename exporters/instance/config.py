@@ -6,6 +6,7 @@ stderr and exit code 2 — a typo must not become a silently wrong exporter.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from poolscope.exporters.instance.service import Settings
 from poolscope.service import ports
 from poolscope.service.argtypes import (
     Listen,
-    OneLineErrorParser,
+    ServiceParser,
     UsageError,
     http_url,
     identifier,
@@ -31,10 +32,17 @@ from poolscope.service.web import ServiceConfig, add_common_flags, service_confi
 
 PROG = "poolscope-instance-exporter"
 DEFAULT_LISTEN = ports.loopback(ports.INSTANCE_EXPORTER)
+# Every collector of the exporter and what it does when neither switch is given.
+COLLECTORS: dict[str, str] = {
+    "host": "on",
+    "gpu": "on when NVML is there; without an NVIDIA driver it is unavailable, not failing, "
+           "and --collector.gpu makes that a failure",
+    "engine": "on when --engine-metrics-url is given, which --collector.engine needs",
+}
 
 
-def build_parser() -> OneLineErrorParser:
-    p = OneLineErrorParser(prog=PROG, description="Poolscope Instance exporter: host, GPU and "
+def build_parser() -> ServiceParser:
+    p = ServiceParser(prog=PROG, description="Poolscope Instance exporter: host, GPU and "
                            "engine load of one LLM engine replica, for Prometheus.")
     p.add_argument("--instance-id", required=True, type=identifier,
                    help=f"this Instance's id (label instance_id; {ID_RULE})")
@@ -70,6 +78,12 @@ def build_parser() -> OneLineErrorParser:
     p.add_argument("--admission-memory-saturated", type=ratio, default=d.memory_saturated,
                    help="host memory available ratio at or below which it is saturated "
                         "(%(default)g)")
+    for name, auto in COLLECTORS.items():
+        p.add_argument(f"--collector.{name}", dest=f"collector_{name}",
+                       action=argparse.BooleanOptionalAction, default=None,
+                       help=f"the {name} collector: --collector.{name} forces it on, "
+                            f"--no-collector.{name} leaves it out with all its series "
+                            f"(default: {auto})")
     add_common_flags(p, default_listen=DEFAULT_LISTEN, default_log_level="WARNING")
     return p
 
@@ -94,9 +108,13 @@ def parse(argv: Sequence[str] | None) -> Config:
             a.admission_memory_degraded, a.admission_memory_saturated)
     except ValueError as e:
         raise UsageError(f"--admission-*: {e}") from e
+    if a.collector_engine and not a.engine_metrics_url:
+        raise UsageError("--collector.engine needs --engine-metrics-url: the engine's "
+                         "/metrics to read")
     settings = Settings(
         instance_id=a.instance_id, proxy_id=a.proxy_id, sample_interval=a.sample_interval,
         engine_metrics_url=a.engine_metrics_url, engine=a.engine,
         engine_timeout=a.engine_timeout, capacity=a.capacity, thresholds=thresholds,
-        draining=a.draining)
+        draining=a.draining, host_collector=a.collector_host,
+        gpu_collector=a.collector_gpu, engine_collector=a.collector_engine)
     return Config(settings, service_config(a))

@@ -1,9 +1,31 @@
 """GPUs through NVML (source="nvml").
 
 The NVML module is a parameter so tests can hand in a fake; production uses
-`pynvml` from nvidia-ml-py. Without NVML there are no GPU series at all and the
-collector reports `nvml_unavailable`: a host without a driver is not a host
-with idle GPUs. A GPU whose reads fail is reported unhealthy and its usage
+`pynvml` from nvidia-ml-py. A host without NVIDIA's driver has no GPU series at
+all (not a host with idle GPUs) and, as node_exporter does for a collector with
+nothing to read, is not failing either: the collector is *unavailable*
+(poolscope_collector_unavailable_info, no success or error series), since a
+CPU-only host must page nobody. Unavailable means the driver is not there:
+libnvidia-ml.so.1 cannot be loaded (`no_nvml_library`), or it can and nvmlInit
+answers that no kernel driver is loaded or its library is missing
+(`driver_not_loaded`, `no_nvml_library`). Anything else is a failure
+(`nvml_unavailable`, counted): pynvml failing to import next to a driver (a
+broken install: it is a hard dependency), nvmlInit refusing for another reason
+(permissions, a driver/library version mismatch), since the host has a driver
+and, most likely, GPUs nobody measures. A working driver with no GPU is a
+measured `poolscope_gpu_devices 0`. Once NVML is initialised, every error is a
+failure. When the operator asks for GPUs (`required`, --collector.gpu), a
+missing driver is a failure too.
+
+While unavailable, detection is retried every REDETECT_S, not at every sample:
+a driver can be installed after the exporter started (a GPU operator installs
+it on a node whose pods are already running), and a minute is soon enough for
+that, while each nvmlInit on a host whose driver is installed but not loaded
+may have NVIDIA's library try to load the kernel module again. A probe costs a
+failed dlopen (or a failed nvmlInit); between two the collector answers from its
+held state, without a thread.
+
+A GPU whose reads fail is reported unhealthy and its usage
 series go absent, since an unhealthy GPU is neither used nor free capacity;
 the other GPUs carry on. Beside the per-GPU series, each GPU model on the host
 gets per-Instance aggregates (`poolscope_instance_gpu*`) computed from the same
@@ -17,6 +39,7 @@ import asyncio
 import ctypes
 import importlib
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -25,12 +48,19 @@ from typing import Any
 from prometheus_client.core import Metric
 
 from poolscope.exporters.common import catalog
-from poolscope.exporters.common.health import ErrorReason
-from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.common.health import ErrorReason, UnavailableReason
+from poolscope.exporters.common.sampling import SampleError, Unavailable
 from poolscope.service.identity import Identity
 
 SOURCE = catalog.SOURCE_NVML
 NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml itself loads on Linux
+REDETECT_S = 60.0  # while no driver is found, how often to look again
+# nvmlInit's answers that mean "no driver here" (pynvml's NVML_ERROR_* values,
+# by name: a fake module carries the same names).
+_NO_DRIVER: tuple[tuple[str, UnavailableReason], ...] = (
+    ("NVML_ERROR_LIBRARY_NOT_FOUND", UnavailableReason.NO_NVML_LIBRARY),
+    ("NVML_ERROR_DRIVER_NOT_LOADED", UnavailableReason.DRIVER_NOT_LOADED),
+)
 
 
 @dataclass(frozen=True)
@@ -105,15 +135,36 @@ class GpuReader:
     name = "gpu"
     reasons = (ErrorReason.NVML_UNAVAILABLE, ErrorReason.NVML_READ)
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: ModuleType | None = None, required: bool = False,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`required`: the operator asked for GPUs, so no driver is a failure."""
         self._nvml = nvml
+        self._required = required
+        self._monotonic = monotonic
         self._initialised = False
+        # While no driver is found: that finding, and when to look again.
+        self._absent: tuple[UnavailableReason, str] | None = None
+        self._redetect_at = 0.0
         # Identity of each index as last read, so a GPU that stops answering
         # keeps its uuid/model labels on its `healthy 0` series.
         self._identities: dict[int, GpuIdentity] = {}
 
     async def read(self) -> GpuSample:
+        if self._absent is not None:
+            if self._monotonic() < self._redetect_at:
+                raise Unavailable(*self._absent)  # new: a re-raise would grow its traceback
+            self._absent = None  # look again; _no_driver holds it anew if still absent
         return await asyncio.to_thread(self._read)
+
+    def _no_driver(self, reason: UnavailableReason, detail: str) -> Exception:
+        """What finding no driver raises: a failure when GPUs were asked for, else
+        the unavailable state, held until the next detection."""
+        if self._required:
+            return SampleError(ErrorReason.NVML_UNAVAILABLE,
+                               f"{detail} (--collector.gpu asks for GPUs)")
+        self._absent = reason, f"{detail}; no GPU series, looked for again every {REDETECT_S:g} s"
+        self._redetect_at = self._monotonic() + REDETECT_S
+        return Unavailable(*self._absent)
 
     def _module(self) -> ModuleType:
         if self._nvml is None:
@@ -123,21 +174,28 @@ class GpuReader:
             try:
                 ctypes.CDLL(NVML_LIBRARY)
             except OSError as e:
-                raise SampleError(ErrorReason.NVML_UNAVAILABLE, str(e)) from e
+                raise self._no_driver(UnavailableReason.NO_NVML_LIBRARY, str(e)) from e
             try:
                 self._nvml = importlib.import_module("pynvml")
             except ImportError as e:
                 raise SampleError(ErrorReason.NVML_UNAVAILABLE, f"pynvml: {e}") from e
         return self._nvml
 
+    def _init(self, nvml: ModuleType) -> None:
+        try:
+            nvml.nvmlInit()
+        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, NoPermission...
+            code = getattr(e, "value", None)
+            for name, reason in _NO_DRIVER:
+                if code is not None and code == getattr(nvml, name, None):
+                    raise self._no_driver(reason, f"nvmlInit: {e}") from e
+            raise SampleError(ErrorReason.NVML_UNAVAILABLE, f"nvmlInit: {e}") from e
+        self._initialised = True
+
     def _read(self) -> GpuSample:
         nvml = self._module()
         if not self._initialised:
-            try:
-                nvml.nvmlInit()
-            except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-                raise SampleError(ErrorReason.NVML_UNAVAILABLE, str(e)) from e
-            self._initialised = True
+            self._init(nvml)
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as e:

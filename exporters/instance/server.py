@@ -2,28 +2,32 @@
 Resource Agent's existing consumers.
 
 Every handler reads held samples only; none of them waits on a device. /metrics
-renders what samples set once per sampling round, however many servers scrape
-(`poolscope.exporters.common.exposition`). What one client may send or hold, and who may
-read, is `poolscope.service.web`'s, shared with the bridges.
+renders what samples set once per sampling round and format, however many servers
+scrape, in the format the scraper negotiates (`poolscope.exporters.common.exposition`).
+Its families are the catalog's, every series naming its `source`, plus the process'
+own: `process_*` and `poolscope_build_info` describe the exporter process, not the
+Instance it measures, so they stay as every exporter publishes them, without
+`source` or identity labels. What one client may send or hold, and who may read, is
+`poolscope.service.web`'s, shared with the bridges.
 """
 
 from __future__ import annotations
 
-from aiohttp import hdrs, web
-from prometheus_client import CONTENT_TYPE_LATEST
+import itertools
 
-from poolscope.exporters.common.exposition import RoundCache
+from aiohttp import web
+
+from poolscope.exporters.common.exposition import (
+    RoundCache,
+    metrics_handler,
+    process_collectors,
+)
 from poolscope.exporters.instance import snapshot
 from poolscope.exporters.instance.service import InstanceExporter
-from poolscope.service.web import guarded
+from poolscope.service.web import Exposure
 
 EXPORTER_KEY: web.AppKey[InstanceExporter] = web.AppKey("exporter", InstanceExporter)
-_PAGE_KEY: web.AppKey[RoundCache] = web.AppKey("page", RoundCache)
-_TEXT = {hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST}
-
-
-async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[_PAGE_KEY].page(), headers=_TEXT)
+PAGE_KEY: web.AppKey[RoundCache] = web.AppKey("page", RoundCache)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -35,12 +39,18 @@ async def _snapshot(request: web.Request) -> web.Response:
     return web.json_response(snapshot.build(request.app[EXPORTER_KEY]), dumps=snapshot.dumps)
 
 
-def make_app(exporter: InstanceExporter, auth_token: str | None = None) -> web.Application:
-    app = web.Application(middlewares=guarded(auth_token))
+def make_app(exporter: InstanceExporter, exposure: Exposure | None = None) -> web.Application:
+    exposure = exposure or Exposure()
+    app = web.Application(middlewares=exposure.middlewares())
     app[EXPORTER_KEY] = exporter
-    app[_PAGE_KEY] = RoundCache(exporter.round_key, exporter.sampled_families,
-                                exporter.scrape_time_families)
-    app.router.add_get("/metrics", _metrics)
+    build, process = process_collectors()
+    # The build never changes, so it rides in the cached part; the process' CPU and
+    # memory change between any two scrapes, so they are read with the ages.
+    page = app[PAGE_KEY] = RoundCache(
+        exporter.round_key,
+        lambda: itertools.chain(exporter.sampled_families(), build.collect()),
+        lambda: itertools.chain(exporter.scrape_time_families(), process.collect()))
+    app.router.add_get(exposure.telemetry_path, metrics_handler(page.page))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/v1/resource/snapshot", _snapshot)
     return app

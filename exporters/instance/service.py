@@ -33,6 +33,16 @@ _LOOP_GRACE_S = 0.5
 
 @dataclass(frozen=True)
 class Settings:
+    """What one Instance exporter runs with.
+
+    The collector switches (`--collector.NAME` / `--no-collector.NAME`) are None for
+    auto-detection, as node_exporter's: host always on, gpu on when NVML is there
+    (unavailable, not failing, when it is not), engine on when
+    `engine_metrics_url` is set. True forces one on (a GPU-less host then fails
+    the gpu collector: GPUs were asked for); False leaves it out with every series
+    it would publish, health included.
+    """
+
     instance_id: str
     proxy_id: str
     sample_interval: float = 1.0
@@ -42,6 +52,17 @@ class Settings:
     capacity: int | None = None
     thresholds: AdmissionThresholds = field(default_factory=AdmissionThresholds)
     draining: bool = False
+    host_collector: bool | None = None
+    gpu_collector: bool | None = None
+    engine_collector: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine_collector and not self.engine_metrics_url:
+            raise ValueError("the engine collector needs an engine_metrics_url to read")
+
+    @property
+    def engine_enabled(self) -> bool:
+        return bool(self.engine_metrics_url) and self.engine_collector is not False
 
 
 class InstanceExporter(Collector):
@@ -49,21 +70,29 @@ class InstanceExporter(Collector):
 
     def __init__(self, settings: Settings, nvml: ModuleType | None = None,
                  host: HostReader | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
-        """`nvml`, `host` and `wall` (the clock behind the last-success timestamps)
-        are seams for tests: fake GPUs, scripted psutil, a skewed host clock."""
+                 wall: Callable[[], float] = time.time,
+                 gpu: GpuReader | None = None) -> None:
+        """`nvml`, `host`, `wall` (the clock behind the last-success timestamps) and
+        `gpu` (a reader in place of the one `nvml` and the switch would make) are
+        seams for tests: fake GPUs, scripted psutil, a skewed host clock."""
         self.settings = settings
         self.ids = Identity(settings.proxy_id, settings.instance_id)
         self.board = HealthBoard(wall=wall)
         self.loop = SamplingLoop(settings.sample_interval, self.board)
         self.capacity = Capacity(settings.capacity)
         self.admission = Admission(settings.thresholds, settings.draining)
-        self._gpu_reader = GpuReader(nvml)
-        self.host: Slot[HostSample] = self.loop.add(host or HostReader())
-        self.gpu: Slot[GpuSample] = self.loop.add(self._gpu_reader)
+        # A collector switched off has no slot: no sample, no series, no health.
+        self.host: Slot[HostSample] | None = None
+        if settings.host_collector is not False:
+            self.host = self.loop.add(host or HostReader())
+        self._gpu_reader: GpuReader | None = None
+        self.gpu: Slot[GpuSample] | None = None
+        if settings.gpu_collector is not False:
+            self._gpu_reader = gpu or GpuReader(nvml, required=settings.gpu_collector is True)
+            self.gpu = self.loop.add(self._gpu_reader)
         self.engine: Slot[EngineSample] | None = None
         self._engine_reader: EngineReader | None = None
-        if settings.engine_metrics_url:
+        if settings.engine_enabled and settings.engine_metrics_url:
             self._engine_reader = EngineReader(settings.engine_metrics_url, settings.engine,
                                                settings.engine_timeout,
                                                engine_capacity=settings.capacity is None)
@@ -72,15 +101,15 @@ class InstanceExporter(Collector):
             self.engine.observers.append(self.capacity.observe)
 
     def registry(self) -> CollectorRegistry:
-        """A fresh registry holding only this exporter (no process/platform series,
-        which would carry no `source` label)."""
+        """A fresh registry holding only this exporter's measurements; the served page
+        adds the process' own series (exporters/instance/server.py)."""
         registry = CollectorRegistry()
         registry.register(self)
         return registry
 
     def admission_inputs(self) -> AdmissionInputs:
         engine = self.engine.current() if self.engine else None
-        host = self.host.current()
+        host = self.host.current() if self.host else None
         return AdmissionInputs(
             kv_cache_usage=engine.kv_cache_usage_max if engine else None,
             waiting=engine.waiting if engine else None,
@@ -96,8 +125,10 @@ class InstanceExporter(Collector):
     def sampled_families(self) -> Iterator[Metric]:
         """Every family that stays the same until `round_key()` changes."""
         ids = self.ids
-        yield from self.host.families(ids)
-        yield from self.gpu.families(ids)
+        if self.host is not None:
+            yield from self.host.families(ids)
+        if self.gpu is not None:
+            yield from self.gpu.families(ids)
         if self.engine is not None:
             yield from self.engine.families(ids)
         # A capacity is what a working engine can take: none while the engine this
@@ -125,4 +156,5 @@ class InstanceExporter(Collector):
         await self.loop.stop()
         if self._engine_reader is not None:
             await self._engine_reader.close()
-        await asyncio.to_thread(self._gpu_reader.close)
+        if self._gpu_reader is not None:
+            await asyncio.to_thread(self._gpu_reader.close)

@@ -4,7 +4,9 @@ samples as /metrics so the two can never disagree.
 Required by the agent's consumers: schema_version, agent_version, instance_id,
 timestamp_ms, devices.cpu, devices.memory, devices.network, devices.gpu
 (optional), capacity_hint.memory_free_ratio, capacity_hint.admission_state.
-Anything not measured is null, never 0; `devices.gpu` is null without NVML.
+Anything not measured is null, never 0; `devices.gpu` is null without NVML,
+and a collector switched off (--no-collector.NAME) is absent from `collectors`,
+one with nothing to read on this host says why in its `unavailable`.
 `timestamp_ms` is when the host sample was taken (the agent's collection
 time), null before the first one. Units follow the pool summary's (docs/metrics.md): CPU and GPU
 utilisation in percent, ratios 0..1, network rates in megabits per second.
@@ -83,7 +85,8 @@ def _engine(sample: EngineSample | None) -> dict[str, Any] | None:
 
 
 def build(exporter: InstanceExporter) -> dict[str, Any]:
-    host = exporter.host.value
+    host = exporter.host.value if exporter.host else None
+    gpu = exporter.gpu.value if exporter.gpu else None
     engine = exporter.engine.value if exporter.engine else None
     capacity = exporter.capacity.current()
     return {
@@ -93,7 +96,7 @@ def build(exporter: InstanceExporter) -> dict[str, Any]:
         "proxy_id": exporter.settings.proxy_id,
         "timestamp_ms": round(host.wall_time * 1000) if host else None,
         "devices": {"cpu": _cpu(host), "memory": _memory(host), "network": _network(host),
-                    "gpu": _gpu(exporter.gpu.value)},
+                    "gpu": _gpu(gpu)},
         "engine": _engine(engine),
         "capacity_hint": {
             "memory_free_ratio": host.memory_free_ratio if host else None,
@@ -101,8 +104,11 @@ def build(exporter: InstanceExporter) -> dict[str, Any]:
             "capacity_requests": capacity[0] if capacity else None,
             "capacity_source": capacity[1] if capacity else None,
         },
-        "collectors": {h.name: {"success": h.success, "sample_age_s": h.age(),
-                                "last_error": h.last_reason.value if h.last_reason else None}
+        "collectors": {h.name: {"success": h.success,
+                                "sample_age_s": None if h.unavailable_reason else h.age(),
+                                "last_error": h.last_reason.value if h.last_reason else None,
+                                "unavailable": h.unavailable_reason.value
+                                if h.unavailable_reason else None}
                        for h in exporter.board},
     }
 

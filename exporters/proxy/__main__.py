@@ -16,15 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from poolscope.exporters.common.exposition import (
+    ScrapePage,
+    metrics_handler,
+    process_collectors,
+)
 from poolscope.exporters.common.sampling import sample_interval
 from poolscope.exporters.proxy.gateway import GatewayExporter, GatewayReader
 from poolscope.exporters.proxy.gateways import GATEWAYS
 from poolscope.exporters.proxy.gateways.pool import Pools
 from poolscope.service import ports
 from poolscope.service.argtypes import (
-    OneLineErrorParser,
+    ServiceParser,
     http_url,
     identifier,
     label_name,
@@ -32,10 +36,10 @@ from poolscope.service.argtypes import (
 )
 from poolscope.service.identity import ID_RULE
 from poolscope.service.web import (
+    Exposure,
     ServiceConfig,
     add_common_flags,
     command,
-    guarded,
     read_token,
     serve_until_stopped,
     service_config,
@@ -55,8 +59,8 @@ class Config:
     service: ServiceConfig
 
 
-def build_parser() -> OneLineErrorParser:
-    p = OneLineErrorParser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a "
+def build_parser() -> ServiceParser:
+    p = ServiceParser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a "
                            "gateway's own /metrics published as Poolscope's Proxy-side series.")
     p.add_argument("--gateway", required=True, choices=sorted(GATEWAYS),
                    help="which gateway's page to read")
@@ -92,18 +96,15 @@ def parse(argv: Sequence[str] | None = None) -> Config:
     return Config(reader, args.sample_interval, service_config(args))
 
 
-def make_app(exporter: GatewayExporter, auth_token: str | None = None) -> web.Application:
-    registry = exporter.registry()
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+def make_app(exporter: GatewayExporter, exposure: Exposure | None = None) -> web.Application:
+    exposure = exposure or Exposure()
+    page = ScrapePage(exporter.registry(), *process_collectors())
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "gateway": exporter.reader.gateway.name})
 
-    app = web.Application(middlewares=guarded(auth_token))
-    app.router.add_get("/metrics", metrics)
+    app = web.Application(middlewares=exposure.middlewares())
+    app.router.add_get(exposure.telemetry_path, metrics_handler(page.page))
     app.router.add_get("/healthz", healthz)
     return app
 
@@ -111,7 +112,7 @@ def make_app(exporter: GatewayExporter, auth_token: str | None = None) -> web.Ap
 async def serve(config: Config) -> None:
     exporter = GatewayExporter(config.reader, config.interval)
     try:
-        await serve_until_stopped(make_app(exporter, config.service.auth_token),
+        await serve_until_stopped(make_app(exporter, config.service.exposure),
                                   config.service, prog=PROG, started=exporter.start)
     finally:
         await exporter.stop()

@@ -11,7 +11,14 @@
 No threads: every method is a plain, non-blocking call on the event loop, and
 the collector reads the same objects at scrape time. Serve /metrics from the
 loop too (deploy/demo/embedded_proxy.py does) so a scrape never reads a
-half-updated record.
+half-updated record. An aiohttp Proxy can serve it as Poolscope's own services do,
+in the format the scraper negotiates (OpenMetrics for Prometheus):
+
+    app.router.add_get("/metrics", metrics_handler(ScrapePage(registry).page))
+
+(both from `poolscope.exporters.common.exposition`). The exporter adds no process
+or build series of its own: those belong to the Proxy, whose registry may already
+hold them.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from poolscope.scheduler_bridge.status.model import FleetView, build_view
 from poolscope.scheduler_bridge.status.text import Style, render_text
 from poolscope.service import ports
 from poolscope.service.argtypes import (
-    OneLineErrorParser,
+    ServiceParser,
     UsageError,
     http_url,
     positive_float,
@@ -58,8 +58,8 @@ def watch_interval(text: str) -> float:
     return value
 
 
-def build_parser() -> OneLineErrorParser:
-    p = OneLineErrorParser(
+def build_parser() -> ServiceParser:
+    p = ServiceParser(
         prog=PROG, description="Every pool's load, Instances and GPU capacity on one screen, "
                                "from the Scheduler bridge. '?' is unknown, never zero.")
     p.add_argument("--bridge-url", type=http_url, default=DEFAULT_URL, metavar="URL",

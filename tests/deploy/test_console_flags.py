@@ -43,6 +43,8 @@ from poolscope.service.argtypes import (
     positive_int,
     ratio,
 )
+from poolscope.service.logs import log_level
+from poolscope.service.web import telemetry_path
 from tests.deploy.clis import console_scripts
 from tests.support.prometheus import REPO
 
@@ -58,6 +60,8 @@ BAD: dict[Callable[[str], Any], tuple[str, ...]] = {
     http_url: ("localhost:9090", "ftp://host/", "http:///metrics", "http://host:99999/",
                "http://host:0/"),
     parse_listen: ("nowhere", "127.0.0.1:0", "127.0.0.1:65536", "[::zz]:80"),
+    telemetry_path: ("metrics", "/", "/a b", "//metrics", "/metrics?x=1"),
+    log_level: ("verbose", "", "5"),
     # Read when the command starts (the token, the TLS pair), not by argparse.
     Path: ("/nonexistent/poolscope-flag-test", "/"),
 }
@@ -76,6 +80,7 @@ CROSS: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {
     "poolscope-instance-exporter": [
         (["--admission-kv-degraded=0.9", "--admission-kv-saturated=0.5"], ("--admission-",)),
         (["--tls-cert=/nonexistent.pem"], ("--tls-cert", "--tls-key")),
+        (["--collector.engine"], ("--collector.engine", "--engine-metrics-url")),
     ],
     "poolscope-proxy-exporter": [
         (["--pool-label=pool"], ("--pool-label", "--proxy-id")),
@@ -147,7 +152,7 @@ def base_argv(parser: argparse.ArgumentParser, listen: str,
     needed += [g._group_actions[0] for g in groups
                if g.required and all(a is not tested for a in g._group_actions)]
     argv = [f"{flag(a)}={good_value(a)}" for a in needed if a is not tested]
-    harmless = {**HARMLESS, "--listen": listen}
+    harmless = {**HARMLESS, "--web.listen-address": listen}
     present = {flag(a) for a in valued(parser)}
     tested_flag = flag(tested) if tested is not None else None
     argv += [f"{name}={value}" for name, value in harmless.items()

@@ -1,6 +1,16 @@
-"""deploy/kubernetes: every object is well-formed against vendored schemas,
-the objects that refer to each other agree (selectors, port names, identity
-labels), and every Poolscope container starts with flags its service accepts."""
+"""deploy/kubernetes: every object is well-formed against the schemas its API server
+would check it with, the objects that refer to each other agree (selectors, port
+names, identity labels), and every Poolscope container starts with flags its
+service accepts.
+
+The schemas are the real ones, offline: the Prometheus Operator's CRDs, vendored at
+a release tag (tests/fixtures/prometheus-operator/), for the monitoring.coreos.com
+kinds, and Kubernetes' own OpenAPI schemas, which kubernetes-validate bundles, for
+the core kinds. Both are applied strictly: a field the schema does not name is an
+error, as `kubectl apply` reports it by default (`--validate=strict`), not a field
+the API server drops without a word. The Kustomization is kustomize's to
+check, and kustomize refuses unknown fields itself (`kubectl kustomize` below).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -23,8 +34,17 @@ from tests.support.prometheus import REPO
 KUBE_DIR = REPO / "deploy" / "kubernetes"
 MANIFESTS = sorted(KUBE_DIR.rglob("*.yaml"))
 EXAMPLE = KUBE_DIR / "examples" / "engine-with-exporter.yaml"
-SCHEMAS = yaml.safe_load((Path(__file__).parent / "k8s_schemas.yaml").read_text())
+# The release the CRDs were copied from; a folder of that name holds them.
+PROMETHEUS_OPERATOR = "v0.93.0"
+CRD_DIR = REPO / "tests" / "fixtures" / "prometheus-operator" / PROMETHEUS_OPERATOR
+# The Kubernetes API the core objects are checked against, among the versions the
+# pinned kubernetes-validate bundles.
+KUBERNETES_VERSION = "1.37.0"
+KUSTOMIZE_API = "kustomize.config.k8s.io/"
 PROXY_ID_LABEL = "poolscope.io/proxy-id"
+# RFC 1123 label: what the API server takes as a Namespace or Service name, and the
+# strictest of the name rules, so one rule serves every kind here.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 Doc = dict[str, Any]
 
 
@@ -56,12 +76,68 @@ def _relabel_source(endpoint: Doc, target: str) -> list[str]:
     return list(rule["sourceLabels"])
 
 
+def _closed(schema: Any) -> Any:
+    """A CRD schema as strict field validation applies it: an object that lists its
+    properties and neither allows others nor preserves unknown fields takes no
+    other field."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {k: (_closed(v) if k in ("items", "additionalProperties", "not", "anyOf",
+                                      "allOf", "oneOf") else v) for k, v in schema.items()}
+    if "properties" in schema:
+        closed["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+        if ("additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            closed["additionalProperties"] = False
+    return closed
+
+
+def _crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
+    """(apiVersion, kind) -> a validator for each version a vendored CRD serves."""
+    validators = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        [crd] = _docs(path)
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if version["served"]:
+                schema = _closed(version["schema"]["openAPIV3Schema"])
+                # OpenAPI v3.0 schemas are JSON Schema draft 4 with extensions.
+                validators[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = (
+                    jsonschema.Draft4Validator(schema))
+    assert validators, f"no CRDs in {CRD_DIR}"
+    return validators
+
+
+CRD_VALIDATORS = _crd_validators()
+
+
+def _core_errors(doc: Doc) -> list[str]:
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"]
+    except kubernetes_validate.SchemaNotFoundError as e:
+        return [e.message]
+    return []
+
+
 def _validate(doc: Doc) -> list[str]:
-    assert doc["kind"] in SCHEMAS["$defs"], f"no vendored schema for {doc['kind']}"
-    schema = {"$defs": SCHEMAS["$defs"], "$ref": f"#/$defs/{doc['kind']}"}
-    validator = jsonschema.Draft202012Validator(schema)
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(doc)]
+    """What the API server's schema check would refuse, as `path: message` (all of a
+    CRD object's errors; the core check stops at its first)."""
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key not in CRD_VALIDATORS:
+        if any(api.split("/")[0] == str(key[0]).split("/")[0] for api, _ in CRD_VALIDATORS):
+            return [f"{key[0]} {key[1]}: no such kind in the CRDs of {PROMETHEUS_OPERATOR}"]
+        return _core_errors(doc)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in CRD_VALIDATORS[key].iter_errors(doc)]
+    # A CRD's schema leaves metadata to the API server, which checks it as ObjectMeta
+    # for every kind: the core schema of an object with nothing but metadata does too.
+    metadata = doc.get("metadata")
+    return [*errors, *_core_errors({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": metadata})]
 
 
 def _poolscope_containers() -> Iterator[tuple[Doc, Doc]]:
@@ -88,17 +164,98 @@ def test_every_document_is_a_named_object(path: Path) -> None:
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(KUBE_DIR)))
-def test_every_document_matches_its_schema(path: Path) -> None:
-    for doc in _docs(path):
-        assert _validate(doc) == [], doc["metadata"]["name"]
+OBJECTS = [(p, d) for p in MANIFESTS for d in _docs(p)
+           if not d["apiVersion"].startswith(KUSTOMIZE_API)]
 
 
-def test_schemas_reject_a_misspelt_field() -> None:
-    monitor = copy.deepcopy(_all("PodMonitor")[0])
-    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
-    endpoint["honourLabels"] = endpoint.pop("honorLabels")
-    assert any("honourLabels" in e for e in _validate(monitor))
+def _object_id(item: tuple[Path, Doc]) -> str:
+    return f"{item[0].relative_to(KUBE_DIR)}:{item[1]['kind']}/{item[1]['metadata']['name']}"
+
+
+@pytest.mark.parametrize("item", OBJECTS, ids=_object_id)
+def test_every_object_matches_its_schema(item: tuple[Path, Doc]) -> None:
+    _, doc = item
+    assert _validate(doc) == []
+
+
+@pytest.mark.parametrize("item", OBJECTS, ids=_object_id)
+def test_every_object_name_is_a_dns_label(item: tuple[Path, Doc]) -> None:
+    """The API server checks names in code, not in the schema."""
+    _, doc = item
+    for name in (doc["metadata"]["name"], doc["metadata"].get("namespace", "x")):
+        assert DNS_LABEL.fullmatch(name), name
+
+
+def test_every_kind_here_has_a_schema() -> None:
+    kinds = {(d["apiVersion"], d["kind"]) for _, d in OBJECTS}
+    assert {k for k in kinds if k[0].startswith("monitoring.coreos.com/")} == {
+        ("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "ServiceMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule")}
+    assert kinds - CRD_VALIDATORS.keys() == {
+        ("v1", "Namespace"), ("v1", "Service"), ("apps/v1", "Deployment")}
+
+
+def _misspell(parent: Doc, field: str, wrong: str) -> None:
+    parent[wrong] = parent.pop(field)
+
+
+def _pod_monitor_endpoint(doc: Doc) -> Doc:
+    return doc["spec"]["podMetricsEndpoints"][0]
+
+
+def _bridge_container(doc: Doc) -> Doc:
+    return doc["spec"]["template"]["spec"]["containers"][0]
+
+
+BROKEN: dict[str, tuple[str, Any, str]] = {
+    # name: (kind, how to break a copy, what the error must name)
+    "crd-misspelt-field": ("PodMonitor", lambda d: _misspell(
+        _pod_monitor_endpoint(d), "honorLabels", "honourLabels"), "honourLabels"),
+    "crd-wrong-type": ("PodMonitor", lambda d: _pod_monitor_endpoint(d).update(
+        honorLabels="yes"), "podMetricsEndpoints/0/honorLabels"),
+    "crd-bad-duration": ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(
+        interval="5 seconds"), "endpoints/0/interval"),
+    "crd-misspelt-rule-field": ("PrometheusRule", lambda d: _misspell(
+        d["spec"]["groups"][0]["rules"][0], "record", "recrod"), "recrod"),
+    "crd-metadata-misspelt": ("PodMonitor", lambda d: _misspell(
+        d["metadata"], "labels", "lables"), "lables"),
+    "crd-unknown-version": ("ServiceMonitor", lambda d: d.update(
+        apiVersion="monitoring.coreos.com/v2"), "no such kind"),
+    "core-misspelt-field": ("Deployment", lambda d: _misspell(
+        _bridge_container(d), "livenessProbe", "livenesProbe"), "livenesProbe"),
+    "core-wrong-type": ("Deployment", lambda d: d["spec"].update(replicas="2"),
+                        "spec/replicas"),
+    "core-misspelt-service-field": ("Service", lambda d: _misspell(
+        d["spec"]["ports"][0], "targetPort", "targetport"), "targetport"),
+    "core-unknown-kind": ("Namespace", lambda d: d.update(kind="Namespaces"), "Namespaces"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_schemas_reject_a_broken_copy(case: str) -> None:
+    kind, breaks, named = BROKEN[case]
+    doc = copy.deepcopy(next(d for d in _all(kind) if d["metadata"]["name"].startswith(
+        "poolscope")))
+    assert _validate(doc) == []
+    breaks(doc)
+    errors = _validate(doc)
+    assert any(named in e for e in errors), errors
+
+
+def test_kustomize_rejects_a_misspelt_kustomization_field(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl not installed")
+    copied = tmp_path / "kubernetes"
+    shutil.copytree(KUBE_DIR, copied)
+    kustomization = copied / "kustomization.yaml"
+    text = kustomization.read_text()
+    assert "\nnamespace: " in text
+    kustomization.write_text(text.replace("\nnamespace: ", "\nnamespce: "))
+    done = subprocess.run([kubectl, "kustomize", str(copied)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "namespce" in done.stderr
 
 
 def test_kustomization_applies_every_manifest_but_the_examples() -> None:
@@ -215,7 +372,8 @@ def test_container_args_are_accepted_and_listen_on_the_pod(item: tuple[Doc, Doc]
     args = [re.sub(r"\$\((\w+)\)", lambda m: re.sub(r"\W", "-", env[m.group(1)]), a)
             for a in container["args"]]
     check_command([*container["command"], *args])
-    [listen] = [a.removeprefix("--listen=") for a in args if a.startswith("--listen=")]
+    [listen] = [a.partition("=")[2] for a in args
+                if a.partition("=")[0] in ("--web.listen-address", "--listen")]
     host, _, port = listen.rpartition(":")
     assert host == "0.0.0.0"  # loopback, the default, is unreachable from outside the pod
     assert int(port) in {p["containerPort"] for p in container["ports"]}

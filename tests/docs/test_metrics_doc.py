@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolscope.bridge.audit import documented_path, render_into
+from poolscope.bridge.audit import PROCESS_SERIES, documented_path, render_into
 from poolscope.bridge.fields import FIELDS, GPU_FIELDS
 from poolscope.exporters.common import catalog
 
@@ -26,6 +26,7 @@ def known_series() -> set[str]:
         names.add(fam.name)
         if fam.kind == "histogram":
             names.update(fam.name + s for s in HISTOGRAM_SUFFIXES)
+    names.update(name for name, *_ in PROCESS_SERIES)  # poolscope_build_info
     for rule_file in (REPO / "rules").glob("*.yml"):
         for group in yaml.safe_load(rule_file.read_text())["groups"]:
             names.update(r["record"] for r in group["rules"] if "record" in r)

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from poolscope.exporters.instance.gpu import GpuReader
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import FakeNvml, three_gpus
 
@@ -69,14 +70,15 @@ MakeExporter = Callable[..., tuple[InstanceExporter, CollectorRegistry]]
 
 @pytest.fixture
 async def make_exporter() -> AsyncIterator[MakeExporter]:
-    """An exporter with a fresh registry; NVML is the fake unless told otherwise."""
+    """An exporter with a fresh registry; NVML is the fake unless told otherwise
+    (`gpu`: a reader of one's own, e.g. on a scripted clock)."""
     made: list[InstanceExporter] = []
 
-    def make(nvml: FakeNvml | None = None, **settings: object
+    def make(nvml: FakeNvml | None = None, gpu: GpuReader | None = None, **settings: object
              ) -> tuple[InstanceExporter, CollectorRegistry]:
         base: dict[str, object] = {"instance_id": "inst-1", "proxy_id": "proxy-a"}
         exporter = InstanceExporter(Settings(**{**base, **settings}),  # type: ignore[arg-type]
-                                    nvml=(nvml or three_gpus()).module())
+                                    nvml=(nvml or three_gpus()).module(), gpu=gpu)
         made.append(exporter)
         return exporter, exporter.registry()
 

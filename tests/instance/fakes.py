@@ -8,8 +8,13 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any
 
+# pynvml's values (nvidia-ml-py's pynvml.py, NVML_ERROR_*).
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_TEMPERATURE_GPU = 0
 
 
@@ -32,10 +37,15 @@ class FakeGpu:
 
 @dataclass
 class FakeNvml:
-    """A host's GPUs as NVML would report them; flip `failing` to break one mid-run."""
+    """A host's GPUs as NVML would report them; flip `failing` to break one mid-run.
+
+    `init_error`: the NVML_ERROR_* value nvmlInit raises (None: it succeeds);
+    `inits` counts its calls.
+    """
 
     gpus: list[FakeGpu]
-    init_error: bool = False
+    init_error: int | None = None
+    inits: int = 0
     failing: set[int] = field(default_factory=set)
     shutdowns: int = 0
 
@@ -51,8 +61,9 @@ class FakeNvml:
         return power
 
     def _init(self) -> None:
-        if self.init_error:
-            raise NVMLError(12)  # NVML_ERROR_LIBRARY_NOT_FOUND
+        self.inits += 1
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
 
     def _shutdown(self) -> None:
         self.shutdowns += 1
@@ -64,6 +75,8 @@ class FakeNvml:
         attrs: dict[str, Any] = {
             "NVMLError": NVMLError,
             "NVML_ERROR_NOT_SUPPORTED": NVML_ERROR_NOT_SUPPORTED,
+            "NVML_ERROR_DRIVER_NOT_LOADED": NVML_ERROR_DRIVER_NOT_LOADED,
+            "NVML_ERROR_LIBRARY_NOT_FOUND": NVML_ERROR_LIBRARY_NOT_FOUND,
             "NVML_TEMPERATURE_GPU": NVML_TEMPERATURE_GPU,
             "nvmlInit": self._init,
             "nvmlShutdown": self._shutdown,

@@ -1,8 +1,12 @@
-"""GPUs through a fake NVML: several GPUs, one failing mid-run, NVML missing, and the
-per-model aggregates the pool rules read."""
+"""GPUs through a fake NVML: several GPUs, one failing mid-run, a host without a
+driver (unavailable, not failing) or whose driver NVML refuses (failing), the
+collector switches, and the per-model aggregates the pool rules read."""
 
 from __future__ import annotations
 
+import ctypes
+import importlib
+import logging
 import math
 import sys
 
@@ -12,10 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from poolscope.exporters.common import catalog
 from poolscope.exporters.common.exposition import RoundCache
-from poolscope.exporters.common.health import ErrorReason
-from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.common.health import ErrorReason, UnavailableReason
+from poolscope.exporters.common.sampling import SampleError, Unavailable
 from poolscope.exporters.instance import gpu as gpu_module
 from poolscope.exporters.instance.gpu import GpuReader
+from tests.instance import fakes
 from tests.instance.conftest import MakeExporter, health, labels, names
 from tests.instance.fakes import FakeGpu, FakeNvml, three_gpus
 
@@ -76,30 +81,181 @@ async def test_one_gpu_failing_mid_run_goes_unhealthy_and_the_others_continue(
                                      health("gpu", reason="nvml_read")) == 1
 
 
-@pytest.mark.parametrize("nvml", [FakeNvml([], init_error=True)], ids=["init-fails"])
-async def test_without_nvml_there_are_no_gpu_series_at_all(
-        make_exporter: MakeExporter, nvml: FakeNvml) -> None:
-    exporter, registry = make_exporter(nvml=nvml)
-    await exporter.loop.sample_all()
-    assert not {n for n in names(registry)
-                if n.startswith(("poolscope_gpu_", "poolscope_instance_gpu"))}
-    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 0
-    assert registry.get_sample_value("poolscope_collector_errors_total",
-                                     health("gpu", reason="nvml_unavailable")) == 1
+GPU_HEALTH_FAMILIES = ("poolscope_collector_success", "poolscope_collector_duration_seconds",
+                       "poolscope_collector_last_success_timestamp_seconds",
+                       "poolscope_collector_sample_age_seconds", "poolscope_collector_errors_total")
+NO_DRIVER = [(fakes.NVML_ERROR_LIBRARY_NOT_FOUND, "no_nvml_library"),
+             (fakes.NVML_ERROR_DRIVER_NOT_LOADED, "driver_not_loaded")]
+
+
+def gpu_series(registry: CollectorRegistry) -> set[str]:
+    return {n for n in names(registry)
+            if n.startswith(("poolscope_gpu_", "poolscope_instance_gpu"))}
+
+
+def gpu_health(registry: CollectorRegistry) -> set[str]:
+    """The health families that carry a sample for the gpu collector."""
+    return {s.name for m in registry.collect() for s in m.samples
+            if s.labels.get("collector") == "gpu" and s.name.startswith(GPU_HEALTH_FAMILIES)}
+
+
+def unavailable(registry: CollectorRegistry) -> dict[str, float]:
+    """The unavailable-info samples, by collector/reason."""
+    return {f"{s.labels['collector']}/{s.labels['reason']}": s.value
+            for m in registry.collect() for s in m.samples
+            if s.name == catalog.COLLECTOR_UNAVAILABLE.name}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("code", "reason"), NO_DRIVER, ids=[r for _, r in NO_DRIVER])
+async def test_a_host_without_a_driver_is_unavailable_not_failing(
+        make_exporter: MakeExporter, code: int, reason: str) -> None:
+    """A CPU-only host pages nobody: no success 0, no error counter, no GPU series
+    (absent, never 0), one info series that says why."""
+    exporter, registry = make_exporter(nvml=FakeNvml([], init_error=code))
+    for _ in range(3):
+        await exporter.loop.sample_all()
+    assert gpu_series(registry) == set()
+    assert gpu_health(registry) == set()
+    assert unavailable(registry) == {f"gpu/{reason}": 1}
+    assert registry.get_sample_value(catalog.COLLECTOR_UNAVAILABLE.name,
+                                     health("gpu", reason=reason)) == 1
+    assert registry.get_sample_value("poolscope_collector_success", health("host")) == 1
     assert "poolscope_host_memory_total_bytes" in names(registry)
 
 
-@pytest.mark.parametrize("missing", ["library", "module"])
-async def test_default_nvml_path_without_driver_or_module_is_nvml_unavailable(
-        monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
-    if missing == "library":
-        monkeypatch.setattr(gpu_module, "NVML_LIBRARY", "libdoes-not-exist.so.1")
+async def test_a_host_without_a_driver_says_so_once(make_exporter: MakeExporter,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Reported once, at INFO: it is how the host is, not news every second."""
+    caplog.set_level(logging.INFO, logger="poolscope.exporters.common.sampling")
+    exporter, _ = make_exporter(nvml=FakeNvml([], init_error=fakes.NVML_ERROR_LIBRARY_NOT_FOUND))
+    for _ in range(5):
+        await exporter.loop.sample_all()
+    said = [r for r in caplog.records if "collector gpu" in r.getMessage()]
+    assert [(r.levelno, "unavailable (no_nvml_library)" in r.getMessage())
+            for r in said] == [(logging.INFO, True)]
+
+
+@pytest.mark.parametrize("code", [fakes.NVML_ERROR_NO_PERMISSION,
+                                  fakes.NVML_ERROR_LIB_RM_VERSION_MISMATCH],
+                         ids=["no-permission", "version-mismatch"])
+async def test_a_driver_nvml_refuses_is_a_failure(make_exporter: MakeExporter,
+                                                  code: int) -> None:
+    """The host has a driver, so most likely GPUs that nobody measures."""
+    exporter, registry = make_exporter(nvml=FakeNvml([], init_error=code))
+    await exporter.loop.sample_all()
+    await exporter.loop.sample_all()
+    assert gpu_series(registry) == set()
+    assert unavailable(registry) == {}
+    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 0
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("gpu", reason="nvml_unavailable")) == 2
+
+
+async def test_gpus_asked_for_make_a_missing_driver_a_failure(
+        make_exporter: MakeExporter) -> None:
+    exporter, registry = make_exporter(
+        nvml=FakeNvml([], init_error=fakes.NVML_ERROR_LIBRARY_NOT_FOUND), gpu_collector=True)
+    await exporter.loop.sample_all()
+    await exporter.loop.sample_all()
+    assert gpu_series(registry) == set()
+    assert unavailable(registry) == {}
+    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 0
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("gpu", reason="nvml_unavailable")) == 2
+
+
+async def test_a_driver_with_no_gpu_is_a_measured_zero(make_exporter: MakeExporter) -> None:
+    exporter, registry = make_exporter(nvml=FakeNvml([]))
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_gpu_devices", labels("nvml")) == 0
+    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 1
+    assert unavailable(registry) == {}
+
+
+async def test_a_driver_loaded_later_is_found_at_the_next_detection(
+        make_exporter: MakeExporter) -> None:
+    """Detection is retried every REDETECT_S, not at every sample."""
+    nvml = FakeNvml(three_gpus().gpus, init_error=fakes.NVML_ERROR_DRIVER_NOT_LOADED)
+    clock = Clock()
+    exporter, registry = make_exporter(gpu=GpuReader(nvml.module(), monotonic=clock))
+    await exporter.loop.sample_all()
+    nvml.init_error = None  # the driver is loaded now
+    clock.now += gpu_module.REDETECT_S - 1
+    for _ in range(3):
+        await exporter.loop.sample_all()
+    assert nvml.inits == 1
+    assert unavailable(registry) == {"gpu/driver_not_loaded": 1}
+    assert gpu_series(registry) == set()
+    clock.now += 1
+    await exporter.loop.sample_all()
+    assert nvml.inits == 2
+    assert unavailable(registry) == {}
+    assert registry.get_sample_value("poolscope_gpu_devices", labels("nvml")) == 3
+    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 1
+    # Its error counters start at a measured 0 now that it is measuring.
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("gpu", reason="nvml_unavailable")) == 0
+
+
+async def test_no_gpu_collector_has_no_series_and_no_health(make_exporter: MakeExporter) -> None:
+    nvml = three_gpus()
+    exporter, registry = make_exporter(nvml=nvml, gpu_collector=False)
+    await exporter.loop.sample_all()
+    assert gpu_series(registry) == set()
+    assert gpu_health(registry) == set()
+    assert unavailable(registry) == {}
+    assert nvml.inits == 0
+    assert registry.get_sample_value("poolscope_collector_success", health("host")) == 1
+
+
+@pytest.mark.parametrize("required", [False, True], ids=["auto", "required"])
+async def test_default_nvml_path_without_the_library(monkeypatch: pytest.MonkeyPatch,
+                                                     required: bool) -> None:
+    monkeypatch.setattr(gpu_module, "NVML_LIBRARY", "libdoes-not-exist.so.1")
+    if required:
+        with pytest.raises(SampleError) as failed:
+            await GpuReader(required=True).read()
+        assert failed.value.reason is ErrorReason.NVML_UNAVAILABLE
     else:
-        monkeypatch.setattr(gpu_module.ctypes, "CDLL", lambda name: object())
-        monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+        with pytest.raises(Unavailable) as state:
+            await GpuReader().read()
+        assert state.value.reason is UnavailableReason.NO_NVML_LIBRARY
+
+
+@pytest.mark.parametrize("required", [False, True], ids=["auto", "required"])
+async def test_a_driver_without_pynvml_is_a_failure(monkeypatch: pytest.MonkeyPatch,
+                                                    required: bool) -> None:
+    """nvidia-ml-py is a dependency: missing beside a driver, the install is broken."""
+    monkeypatch.setattr(gpu_module.ctypes, "CDLL", lambda name: object())
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
     with pytest.raises(SampleError) as err:
-        await GpuReader().read()
+        await GpuReader(required=required).read()
     assert err.value.reason is ErrorReason.NVML_UNAVAILABLE
+
+
+async def test_real_pynvml_without_the_library_is_unavailable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped path: pynvml's own nvmlInit, its own error values."""
+    try:
+        ctypes.CDLL(gpu_module.NVML_LIBRARY)
+    except OSError:
+        pass
+    else:
+        pytest.skip("this host has NVIDIA's driver library")
+    importlib.import_module("pynvml")  # first: it binds ctypes' CDLL, patched next, as it imports
+    monkeypatch.setattr(gpu_module.ctypes, "CDLL", lambda name: object())  # pass the probe
+    with pytest.raises(Unavailable) as state:
+        await GpuReader().read()
+    assert state.value.reason is UnavailableReason.NO_NVML_LIBRARY
+    assert "nvmlInit" in state.value.detail
 
 
 async def test_nvml_is_shut_down_on_stop(make_exporter: MakeExporter) -> None:
@@ -221,3 +377,10 @@ async def test_the_served_page_shows_a_gpu_failing_on_the_next_sample(
     nvml.failing.add(0)
     await exporter.loop.sample(exporter.gpu)
     assert healthy_count() == [2]
+
+
+def test_the_catalog_lists_every_unavailable_reason() -> None:
+    """The `reason` label stays bounded: the catalog's list is the health vocabulary."""
+    assert tuple(r.value for r in UnavailableReason) == catalog.UNAVAILABLE_REASONS
+    for reason in catalog.UNAVAILABLE_REASONS:
+        assert reason in catalog.COLLECTOR_UNAVAILABLE.help

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from poolscope.exporters.common import catalog
 from poolscope.exporters.instance.server import make_app
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text
-from tests.instance.fakes import FakeNvml
+from tests.instance.fakes import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
 NUM_OR_NULL = {"type": ["number", "null"]}
 SNAPSHOT_SCHEMA: dict[str, Any] = {
@@ -90,11 +90,24 @@ async def test_snapshot_with_gpus_and_engine(engine_server: EngineServer,
 
 
 async def test_snapshot_gpu_is_null_without_nvml(make_exporter: MakeExporter) -> None:
-    exporter, _ = make_exporter(nvml=FakeNvml([], init_error=True))
+    exporter, _ = make_exporter(nvml=FakeNvml([], init_error=NVML_ERROR_LIBRARY_NOT_FOUND))
     await exporter.loop.sample_all()
     body = await get_json(exporter, "/v1/resource/snapshot")
     assert body["devices"]["gpu"] is None
-    assert body["collectors"]["gpu"]["last_error"] == "nvml_unavailable"
+    assert body["collectors"]["gpu"] == {"success": None, "sample_age_s": None,
+                                         "last_error": None, "unavailable": "no_nvml_library"}
+    assert body["collectors"]["host"]["success"] is True
+    assert body["collectors"]["host"]["unavailable"] is None
+
+
+async def test_snapshot_leaves_out_a_collector_switched_off(make_exporter: MakeExporter) -> None:
+    exporter, _ = make_exporter(gpu_collector=False, host_collector=False)
+    await exporter.loop.sample_all()
+    body = await get_json(exporter, "/v1/resource/snapshot")
+    jsonschema.validate(body, SNAPSHOT_SCHEMA)
+    assert body["collectors"] == {}
+    assert body["devices"]["gpu"] is None and body["timestamp_ms"] is None
+    assert body["devices"]["memory"]["total_bytes"] is None
 
 
 async def test_healthz(make_exporter: MakeExporter) -> None:
@@ -117,7 +130,16 @@ async def test_metrics_exposition_labels_every_series_with_identity_and_source(
     families = list(text_string_to_metric_families(text))
     declared = {f.name.removesuffix("_total"): f for f in catalog.all_families()}
     assert len(families) >= 20
+    # Exactly two kinds of series describe the exporter process, not the Instance,
+    # and so carry neither identity nor `source`, as every exporter publishes them.
+    process_own = [f for f in families
+                   if f.name.startswith("process_") or f.name == "poolscope_build_info"]
+    assert {f.name for f in process_own} >= {"process_cpu_seconds", "poolscope_build_info"}
+    assert not [s for f in process_own for s in f.samples
+                if {"proxy_id", "instance_id", "source"} & s.labels.keys()]
     for family in families:
+        if family in process_own:
+            continue
         assert family.name in declared, family.name  # only catalog names
         for sample in family.samples:
             assert {"proxy_id", "instance_id", "source"} <= sample.labels.keys()

@@ -29,7 +29,8 @@ class Inst:
     alive: bool = True
     exporter_up: bool = True
     idle_s: float | None = 12.0  # None: never dispatched
-    gpus: int | None = 1  # None: NVML unavailable
+    gpus: int | None = 1  # None: NVML fails (GPUs asked for, or a driver NVML refuses)
+    no_driver: str | None = None  # an UnavailableReason: no NVIDIA driver, not failing
     engine: str | None = "vllm"  # None: no engine collector; "down": unreachable
     proxy_capacity: float | None = 8.0
     learned_capacity: float | None = None
@@ -97,6 +98,9 @@ def _exporter(pid: str, i: Inst) -> list[Series]:
 
 def _gpus(pid: str, i: Inst) -> list[Series]:
     ids = {"instance_id": i.id}
+    if i.no_driver is not None:  # the collector's one series: no health, no GPU series
+        return [series(c.COLLECTOR_UNAVAILABLE.name, pid, "1", "exporter", collector="gpu",
+                       reason=i.no_driver, **ids)]
     if i.gpus is None:
         return [series(c.COLLECTOR_SUCCESS.name, pid, "0", "exporter", collector="gpu", **ids),
                 series(c.COLLECTOR_ERRORS.name, pid, "40", "exporter", collector="gpu",

@@ -91,11 +91,16 @@ async def test_never_dispatched_is_unknown_not_idle(canned: CannedPool,
 
 async def test_no_gpu_is_an_empty_list_and_null_fields(canned: CannedPool,
                                                        make_bridge: MakeBridge) -> None:
-    doc = await _local(canned, make_bridge, [Inst("nvml-less", gpus=None), Inst("zero", gpus=0)])
+    doc = await _local(canned, make_bridge, [Inst("nvml-less", gpus=None), Inst("zero", gpus=0),
+                                             Inst("cpu-only", no_driver="no_nvml_library")])
     by_id = {i["instance_id"]: i for i in doc["instances"]}
     assert by_id["nvml-less"]["gpus"] == [] and by_id["nvml-less"]["gpu_devices"] is None
     assert by_id["nvml-less"]["collectors"]["gpu"] == {
         "success": False, "reasons": ["nvml_unavailable"], "reasons_over": "lifetime"}
+    # No driver: no GPU data, and not failing either.
+    assert by_id["cpu-only"]["gpus"] == [] and by_id["cpu-only"]["gpu_devices"] is None
+    assert by_id["cpu-only"]["collectors"]["gpu"] == {
+        "success": None, "reasons": [], "reasons_over": "lifetime"}
     assert by_id["zero"]["gpus"] == [] and by_id["zero"]["gpu_devices"] == 0
 
 

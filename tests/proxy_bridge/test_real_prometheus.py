@@ -88,14 +88,17 @@ async def test_real_stack(cluster: Cluster, serve: Serve) -> None:
 
 
 def _gpu_is_explained(instances: list[dict[str, Any]], gpu_field: dict[str, Any]) -> None:
-    """Without NVML (CI, this sandbox) GPU data is absent and says why; with it, measured."""
-    if all(i["collectors"]["gpu"]["success"] is False for i in instances):
+    """Without an NVIDIA driver (CI, this sandbox) GPU data is absent, the gpu collector
+    is not failing, and the null says why; with a driver, measured."""
+    if all(i["collectors"]["gpu"]["success"] is None for i in instances):
         for inst in instances:
             assert inst["gpus"] == [] and inst["gpu_devices"] is None
-            assert "nvml_unavailable" in inst["collectors"]["gpu"]["reasons"]
+            assert inst["collectors"]["gpu"]["reasons"] == []  # no error counted
         assert gpu_field["value"] is None
-        assert [r["code"] for r in gpu_field["null_reasons"]] == ["nvml_unavailable"]
+        assert [r["code"] for r in gpu_field["null_reasons"]] == ["no_gpu"]
+        assert "no GPU data" in gpu_field["null_reason"]
     else:
+        assert all(i["collectors"]["gpu"]["success"] is True for i in instances)
         assert all(i["gpu_devices"] is not None for i in instances)
 
 

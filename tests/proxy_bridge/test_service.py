@@ -15,6 +15,8 @@ from poolscope.proxy_bridge.__main__ import build_parser, main
 from poolscope.proxy_bridge.app import create_app
 from poolscope.proxy_bridge.local_queries import LocalQueries
 from poolscope.proxy_bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
+from poolscope.service.auth import Access
+from poolscope.service.web import Exposure
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series
@@ -121,7 +123,7 @@ async def test_health_ready_and_own_metrics(canned: CannedPool,
 async def test_token_guards_all_but_healthz(canned: CannedPool,
                                             make_bridge: MakeBridge) -> None:
     canned.vector = pool_series(PID)
-    bridge = await make_bridge(canned.url, auth_token="s3cret")
+    bridge = await make_bridge(canned.url, exposure=Exposure(Access(bearer_token="s3cret")))
     assert (await bridge.http.get("/healthz")).status == 200
     for path in ("/debug/pool_resource", "/debug/pool_resource_sources",
                  "/v1/pool_resource/heartbeat_payload"):

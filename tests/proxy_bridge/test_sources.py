@@ -9,7 +9,10 @@ import pytest
 
 from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.exporters.common import catalog as c
+from poolscope.proxy_bridge import diagnosis
 from poolscope.proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
+from poolscope.proxy_bridge.local import LocalView
+from poolscope.proxy_bridge.local_queries import LocalSamples
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series, series
@@ -17,6 +20,7 @@ from tests.support.rules import fresh_threshold_s
 
 SOURCES = "/debug/pool_resource_sources"
 ROLLUP = {f.path: f.rollup for f in FIELDS}
+GPU_AVG = next(f for f in FIELDS if f.path == "utilization.gpu_util_avg")
 
 
 def _rollups_without(*paths: str) -> list:
@@ -53,6 +57,11 @@ CASES = [
                  "no_gpu", "no GPU", ["i-1", "i-2"], id="no-gpu"),
     pytest.param([Inst("i-1", gpus=None)], {}, ("utilization.gpu_util_max",),
                  "nvml_unavailable", "NVML", ["i-1"], id="nvml-unavailable"),
+    # A CPU-only host: no GPU data, neither failing nor 0.
+    pytest.param([Inst("i-1", no_driver="no_nvml_library")], {},
+                 ("utilization.gpu_util_avg", "utilization.gpu_util_max",
+                  "utilization.gpu_mem_used_ratio"),
+                 "no_gpu", "no GPU data", ["i-1"], id="no-driver"),
     pytest.param([Inst("i-1")], {"queue_capacity": None}, ("load.queue_pressure",),
                  "not_wired", "no queue has a configured capacity", [], id="no-queue-capacity"),
     pytest.param([Inst("i-1", proxy_capacity=None)], {}, ("load.capacity", "load.load_ratio"),
@@ -151,3 +160,14 @@ async def test_a_gateway_pool_is_diagnosed_by_what_a_gateway_measures(
     assert "dispatch path" in fields["instances.idle"]["null_reason"]
     [engine] = fields["load.engine_running_total"]["null_reasons"]
     assert (engine["code"], engine["instances"]) == ("engine_unreachable", ["i-1"])
+
+
+@pytest.mark.parametrize("reason", ["no_nvml_library", "driver_not_loaded"])
+def test_a_driverless_host_is_diagnosed_by_its_unavailable_reason(reason: str) -> None:
+    """Where the view holds the gpu collector's info series, the cause names its reason
+    and is not a failure."""
+    raw = [(m, float(v)) for m, v in raw_series(PID, [Inst("i-1", no_driver=reason)])]
+    view = LocalView.of(PID, LocalSamples(1_700_000_000.0, raw, [], []))
+    [found] = diagnosis.gpu(view, GPU_AVG)
+    assert (found.code, found.instances) == (diagnosis.Code.NO_GPU, ("i-1",))
+    assert f"reason={reason}" in found.detail and "neither failing nor idle" in found.detail

@@ -31,7 +31,8 @@ from poolscope.exporters.instance.config import parse
 from poolscope.exporters.instance.server import make_app
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from poolscope.service.argtypes import UsageError
-from poolscope.service.web import HttpLimits, guarded, serving
+from poolscope.service.auth import Access
+from poolscope.service.web import Exposure, HttpLimits, guarded, serving
 from tests.instance.fakes import three_gpus
 from tests.reliability.stack import fetch, self_signed_certificate
 from tests.support.polling import eventually, until
@@ -59,7 +60,8 @@ async def exporter_at(limits: HttpLimits, token: str | None = None) -> AsyncIter
                                 nvml=three_gpus().module())
     await exporter.loop.sample_all()
     try:
-        async with serving(make_app(exporter, token), "127.0.0.1", 0, limits=limits) as address:
+        exposure = Exposure(Access(bearer_token=token) if token else None)
+        async with serving(make_app(exporter, exposure), "127.0.0.1", 0, limits=limits) as address:
             yield address
     finally:
         await exporter.stop()

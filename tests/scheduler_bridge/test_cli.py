@@ -35,7 +35,8 @@ def test_bad_listen_is_one_argparse_line(text: str,
     with pytest.raises(SystemExit) as exit_:
         main(["--prometheus-url", "http://127.0.0.1:1", "--listen", text])
     assert exit_.value.code == 2
-    assert "error: argument --listen:" in capsys.readouterr().err.splitlines()[-1]
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "error: argument --web.listen-address/--listen:" in last
 
 
 @pytest.mark.parametrize("extra", [

@@ -6,6 +6,8 @@ import aiohttp
 import pytest
 
 from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient, parse_snapshot
+from poolscope.service.auth import Access
+from poolscope.service.web import Exposure
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series, series
 from tests.scheduler_bridge.conftest import FakeClock, MakeBridge
 from tests.support.prometheus import free_port
@@ -15,7 +17,7 @@ async def test_snapshot_from_a_live_bridge(canned: CannedPrometheus, make_bridge
                                            clock: FakeClock) -> None:
     canned.vector = [*pool_series("a", value="3", state="draining"),
                      series("proxy_pool:inflight_requests:sum", "b", "0")]
-    bridge = await make_bridge(canned.url, auth_token="t")
+    bridge = await make_bridge(canned.url, exposure=Exposure(Access(bearer_token="t")))
     async with aiohttp.ClientSession() as session:
         bc = SchedulerBridgeClient(str(bridge.http.make_url("")), session, token="t")
         snap = await bc.snapshot()

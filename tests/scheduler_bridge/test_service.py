@@ -15,6 +15,8 @@ from poolscope.bridge.cache import RETIRE_AFTER_S
 from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
 from poolscope.bridge.schema import pool_summary_schema
+from poolscope.service.auth import Access
+from poolscope.service.web import Exposure
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, pool_series, series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
 from tests.support.polling import until
@@ -281,7 +283,7 @@ async def test_concurrent_requests_share_one_refresh(canned: CannedPrometheus,
 
 async def test_bearer_token(canned: CannedPrometheus, make_bridge: MakeBridge) -> None:
     canned.vector = pool_series("a")
-    bridge = await make_bridge(canned.url, auth_token="s3cret")
+    bridge = await make_bridge(canned.url, exposure=Exposure(Access(bearer_token="s3cret")))
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
         for path in (POOLS, "/metrics", "/readyz", "/nowhere"):
             resp = await bridge.http.get(path, headers=headers)

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from poolscope.scheduler_bridge.status.cli import main
+from poolscope.service.auth import Access
+from poolscope.service.web import Exposure
 from tests.status.conftest import MakeBridge
 from tests.status.fleet import H100, blind_pool, busy_pool
 from tests.support.prometheus import REPO, free_port
@@ -63,7 +65,7 @@ async def test_watch_refreshes_until_its_count(make_bridge: MakeBridge) -> None:
 
 
 async def test_the_token_file_is_sent(make_bridge: MakeBridge, tmp_path: Path) -> None:
-    bridge = await make_bridge(busy_pool("busy"), auth_token="s3cret")
+    bridge = await make_bridge(busy_pool("busy"), exposure=Exposure(Access(bearer_token="s3cret")))
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     assert (await status("--bridge-url", bridge.url, "--json",

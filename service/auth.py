@@ -1,0 +1,125 @@
+"""Who may read a Poolscope service: a bearer token, basic-auth users, or both.
+
+The bearer token (`--auth-token-file`) was the first way; basic auth with bcrypt
+hashes comes with the exporter-toolkit web config (`--web.config.file`), because
+that is what Prometheus' `basic_auth` scrape option and every exporter-toolkit
+service already speak. A request passes when it satisfies either. /healthz (and any
+path the web config excludes) stays open: liveness probes must reach it without a
+secret.
+
+bcrypt is slow on purpose (about 70 ms at cost 10), so a password that passed once is
+remembered, keyed by a SHA-256 of user, hash and password, as exporter-toolkit does;
+the check runs in a thread so the event loop keeps serving meanwhile. An unknown
+user is checked against a dummy hash, so the answer takes as long as for a known one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+import bcrypt
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+OPEN_PATHS = frozenset({"/healthz"})
+_DUMMY_HASH = bcrypt.hashpw(b"poolscope-unknown-user", bcrypt.gensalt(rounds=10))
+_REMEMBERED_MAX = 256  # distinct passing credentials held; a few scrapers and people
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ErrorResponse = Callable[..., web.Response]
+
+
+@dataclass(frozen=True)
+class Access:
+    bearer_token: str | None = None
+    # user -> bcrypt hash ($2a$, $2b$ or $2y$), as in a web config's basic_auth_users
+    basic_users: Mapping[str, bytes] = field(default_factory=dict)
+    open_paths: frozenset[str] = OPEN_PATHS
+
+    @property
+    def required(self) -> bool:
+        return self.bearer_token is not None or bool(self.basic_users)
+
+    def challenges(self) -> list[str]:
+        return ([*(['Basic realm="poolscope"'] if self.basic_users else []),
+                 *(['Bearer realm="poolscope"'] if self.bearer_token else [])])
+
+
+def _raw_header(request: web.Request, name: str) -> bytes:
+    """The header's bytes as sent: aiohttp decodes them as UTF-8 with surrogate
+    escapes, so a value that is not UTF-8 is not an error, only a value."""
+    try:
+        return request.headers.get(name, "").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not from the wire: nothing it could equal
+        return b""
+
+
+def _basic_credentials(header: bytes) -> tuple[str, bytes] | None:
+    scheme, _, encoded = header.partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(encoded.strip(), validate=True).partition(b":")
+        return (user.decode("utf-8"), password) if sep else None
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+class _BasicAuth:
+    def __init__(self, users: Mapping[str, bytes]) -> None:
+        self._users = dict(users)
+        self._passed: set[bytes] = set()
+
+    async def check(self, user: str, password: bytes) -> bool:
+        hashed = self._users.get(user)
+        key = hashlib.sha256(b"\0".join((user.encode(), hashed or b"", password))).digest()
+        if hashed is not None and key in self._passed:
+            return True
+        try:
+            ok = await asyncio.to_thread(bcrypt.checkpw, password, hashed or _DUMMY_HASH)
+        except ValueError:  # bcrypt refuses passwords over 72 bytes: none can match
+            ok = False
+        if ok and hashed is not None:
+            if len(self._passed) >= _REMEMBERED_MAX:
+                self._passed.clear()
+            self._passed.add(key)
+        return ok and hashed is not None
+
+
+def access_control(access: Access, error: ErrorResponse) -> Middleware:
+    """Only an authorized client keeps its connection: any other answer, /healthz
+    included, comes with `Connection: close`, so an unauthenticated client holds a
+    slot under the connection cap for one request at most. `error` builds the
+    service's JSON error response."""
+    bearer = f"Bearer {access.bearer_token}".encode() if access.bearer_token else None
+    basic = _BasicAuth(access.basic_users) if access.basic_users else None
+
+    async def authorized(request: web.Request) -> bool:
+        header = _raw_header(request, "Authorization")
+        # constant time: no token oracle
+        if bearer is not None and hmac.compare_digest(header, bearer):
+            return True
+        credentials = _basic_credentials(header) if basic is not None else None
+        return credentials is not None and basic is not None and await basic.check(*credentials)
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        ok = await authorized(request)
+        if ok:
+            return await handler(request)
+        if request.path in access.open_paths:
+            response = await handler(request)
+        else:
+            response = error(401, "missing or wrong bearer token" if basic is None
+                             else "missing or wrong credentials")
+            for challenge in access.challenges():
+                response.headers.add("WWW-Authenticate", challenge)
+        response.force_close()
+        return response
+    return check
