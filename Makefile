@@ -2,8 +2,9 @@
 # Both set up what is missing first: a .venv with the Python dependencies and
 # Debian's packages: prometheus (brings promtool), victoria-metrics (vmalert,
 # vmagent), prometheus-node-exporter (the benchmark's anchor) and chromium
-# (renders the console page and /status in tests), and cmake and g++ to build
-# llama.cpp's server for the live-engine test.
+# (renders the console page and /status in tests), cmake and g++ to build
+# llama.cpp's server for the live-engine test, and openssl (the TLS tests'
+# certificates); python3-venv first, where Debian's Python lacks it.
 
 PYTHON ?= python3
 VENV := .venv
@@ -79,7 +80,11 @@ venv: $(STAMP)
 # (README, "Dependencies", says how to update the lock). The project itself is built
 # with that setuptools, not with whichever one build isolation would download.
 $(STAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c "import ensurepip" 2>/dev/null || { \
+	  echo "installing Debian packages: python3-venv"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends python3-venv; }
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q -c constraints.txt pip setuptools
 	$(PY) -m pip install -q -c constraints.txt --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
@@ -94,6 +99,7 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v cmake >/dev/null || missing="$$missing cmake"; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -q && \

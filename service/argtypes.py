@@ -60,6 +60,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 ENV_PREFIX = "POOLSCOPE_"
+_ASKING = frozenset({"-h", "--help", "--version"})
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 
 
@@ -82,14 +83,17 @@ class ServiceParser(OneLineErrorParser):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # No abbreviations (kingpin, which the Go exporters use, has none either): a
+        # prefix of a flag would not be seen to replace its variable.
+        super().__init__(*args, allow_abbrev=False, **kwargs)
         self.add_argument("--version", action=_Version, help="print the version and exit")
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None,
                          ) -> tuple[argparse.Namespace, list[str]]:
         argv = list(sys.argv[1:] if args is None else args)
-        self._apply_environment(argv)
+        if not _ASKING.intersection(argv):  # --help and --version answer whatever is set
+            self._apply_environment(argv)
         return super().parse_known_args(argv, namespace)
 
     def configurable(self) -> list[argparse.Action]:

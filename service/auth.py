@@ -7,10 +7,13 @@ service already speak. A request passes when it satisfies either. /healthz (and 
 path the web config excludes) stays open: liveness probes must reach it without a
 secret.
 
-bcrypt is slow on purpose (about 70 ms at cost 10), so a password that passed once is
-remembered, keyed by a SHA-256 of user, hash and password, as exporter-toolkit does;
-the check runs in a thread so the event loop keeps serving meanwhile. An unknown
-user is checked against a dummy hash, so the answer takes as long as for a known one.
+bcrypt is slow on purpose (about 70 ms at cost 10), so every answer is remembered,
+keyed by a SHA-256 of user, hash and password, as exporter-toolkit does: a scraper
+pays once, and a client repeating a wrong password costs nothing more. Checks run on
+one thread of their own, one at a time, so the event loop keeps serving and a flood
+of new wrong passwords queues behind itself rather than taking the threads the
+collectors sample on. An unknown user is checked against a configured user's hash, so
+the answer takes as long as for a known one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import concurrent.futures
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,8 +32,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 OPEN_PATHS = frozenset({"/healthz"})
-_DUMMY_HASH = bcrypt.hashpw(b"poolscope-unknown-user", bcrypt.gensalt(rounds=10))
-_REMEMBERED_MAX = 256  # distinct passing credentials held; a few scrapers and people
+_REMEMBERED_MAX = 4096  # answers held (32-byte keys); past it they are forgotten at once
+BCRYPT_MAX_PASSWORD = 72  # bytes: bcrypt 5 refuses longer ones
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ErrorResponse = Callable[..., web.Response]
@@ -74,22 +78,27 @@ def _basic_credentials(header: bytes) -> tuple[str, bytes] | None:
 class _BasicAuth:
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = dict(users)
-        self._passed: set[bytes] = set()
+        # An unknown user's password is checked against a real user's hash (and then
+        # refused whatever it matched), so the answer takes as long as for a known one.
+        self._stand_in = next(iter(self._users.values()))
+        self._answers: dict[bytes, bool] = {}
+        self._hasher = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="poolscope-bcrypt")
 
     async def check(self, user: str, password: bytes) -> bool:
         hashed = self._users.get(user)
+        if len(password) > BCRYPT_MAX_PASSWORD:
+            return False  # bcrypt refuses longer passwords: none can match
         key = hashlib.sha256(b"\0".join((user.encode(), hashed or b"", password))).digest()
-        if hashed is not None and key in self._passed:
-            return True
-        try:
-            ok = await asyncio.to_thread(bcrypt.checkpw, password, hashed or _DUMMY_HASH)
-        except ValueError:  # bcrypt refuses passwords over 72 bytes: none can match
-            ok = False
-        if ok and hashed is not None:
-            if len(self._passed) >= _REMEMBERED_MAX:
-                self._passed.clear()
-            self._passed.add(key)
-        return ok and hashed is not None
+        known = self._answers.get(key)
+        if known is not None:
+            return known
+        ok = await asyncio.get_running_loop().run_in_executor(
+            self._hasher, bcrypt.checkpw, password, hashed or self._stand_in)
+        if len(self._answers) >= _REMEMBERED_MAX:
+            self._answers.clear()
+        self._answers[key] = ok and hashed is not None
+        return self._answers[key]
 
 
 def access_control(access: Access, error: ErrorResponse) -> Middleware:
@@ -114,7 +123,10 @@ def access_control(access: Access, error: ErrorResponse) -> Middleware:
         if ok:
             return await handler(request)
         if request.path in access.open_paths:
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except web.HTTPException as e:  # a 405 for POST /healthz closes as well
+                response = error(e.status, e.reason)
         else:
             response = error(401, "missing or wrong bearer token" if basic is None
                              else "missing or wrong credentials")

@@ -291,11 +291,20 @@ def timing(histogram: Histogram) -> Middleware:
 
 # --- the common flags -------------------------------------------------------------
 
+# The paths the services answer besides their Prometheus page; the page cannot take one.
+SERVED_PATHS = frozenset({"/healthz", "/readyz", "/status"})
+SERVED_PREFIXES = ("/v1/", "/debug/", "/status/")
+
+
 def telemetry_path(value: str) -> str:
-    """Where /metrics is served: an absolute path a URL can carry as is."""
+    """Where /metrics is served: an absolute path a URL can carry as is, and none a
+    service already answers (its routes would then clash at start-up)."""
     if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or value == "/" or "//" in value:
         raise argparse.ArgumentTypeError(
             f"expected an absolute path such as /metrics, got {value!r}")
+    if value.rstrip("/") in SERVED_PATHS or value.startswith(SERVED_PREFIXES):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is served already (/healthz, /readyz, /status, /v1/..., /debug/...)")
     return value
 
 

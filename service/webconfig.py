@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import yaml
 
 from poolscope.service.argtypes import UsageError
@@ -95,7 +96,8 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> ssl.SSLContext | None:
     if auth_type not in _CLIENT_AUTH:
         hint = (" (Python's TLS asks only for client certificates it verifies: use "
                 "RequireAndVerifyClientCert or VerifyClientCertIfGiven)"
-                if auth_type in ("RequestClientCert", "RequireAnyClientCert") else "")
+                if auth_type in ("RequestClientCert", "RequireClientCert",
+                                 "RequireAnyClientCert") else "")
         raise _refuse(f"tls_server_config.client_auth_type {auth_type!r} is not supported{hint}")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     versions = {}
@@ -119,6 +121,10 @@ def _tls_context(tls: Mapping[str, Any], base: Path) -> ssl.SSLContext | None:
         raise _refuse(f"tls_server_config: {e}") from e
     if _CLIENT_AUTH[auth_type] != ssl.CERT_NONE and client_ca is None:
         raise _refuse(f"tls_server_config.client_auth_type {auth_type} needs client_ca_file")
+    if _CLIENT_AUTH[auth_type] == ssl.CERT_NONE and client_ca is not None:
+        # As exporter-toolkit: a CA without a policy would leave mutual TLS off unsaid.
+        raise _refuse("tls_server_config: client CAs are given but client_auth_type is "
+                      f"{auth_type}: set RequireAndVerifyClientCert (or VerifyClientCertIfGiven)")
     context.verify_mode = _CLIENT_AUTH[auth_type]
     if tls.get("prefer_server_cipher_suites", True):
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
@@ -149,11 +155,22 @@ def _users(doc: Mapping[str, Any]) -> dict[str, bytes]:
         encoded = str(hashed).encode()
         if not isinstance(user, str) or ":" in user or not user:
             raise _refuse(f"basic_auth_users: {user!r} cannot be a user name")
-        if not _BCRYPT.fullmatch(encoded):
+        if not _BCRYPT.fullmatch(encoded) or not _usable(encoded):
             raise _refuse(f"basic_auth_users.{user}: not a bcrypt hash "
                           "(make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)")
         hashes[user] = encoded
     return hashes
+
+
+def _usable(hashed: bytes) -> bool:
+    """Whether bcrypt can check a password against `hashed`: a cost outside 4..31 or
+    a malformed salt passes the pattern yet fails every check, which would be a
+    permanent 401 that nothing at start-up explains."""
+    try:
+        bcrypt.checkpw(b"", hashed)
+    except ValueError:
+        return False
+    return True
 
 
 def _rate_limit(doc: Mapping[str, Any]) -> None:

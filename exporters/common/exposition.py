@@ -71,32 +71,40 @@ OPENMETRICS = Format("OpenMetrics 1.0.0", openmetrics.CONTENT_TYPE_LATEST,
                      openmetrics.generate_latest, b"# EOF\n")
 
 
-def _openmetrics_1(media_range: str) -> bool:
-    """Whether one `Accept` media range asks for OpenMetrics we can serve: version
-    1.0.0 or later (or none: the latest), not refused with q=0."""
+def _weight(media_range: str) -> tuple[Format | None, float]:
+    """What one `Accept` media range asks for and how much: OpenMetrics of version
+    1.0.0 or later (or none: the latest), the text format (text/plain, */*), or
+    something we do not serve; with its q (0: refused)."""
     media_type, *params = (p.strip() for p in media_range.split(";"))
-    if media_type.lower() != OPENMETRICS_TYPE:
-        return False
     values = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in params)}
     try:
-        if float(values.get("q", "1")) <= 0:
-            return False
+        q = float(values.get("q", "1"))
     except ValueError:
-        return False
+        return None, 0.0
+    media_type = media_type.lower()
+    if media_type in ("text/plain", "text/*", "*/*"):
+        return TEXT, q
+    if media_type != OPENMETRICS_TYPE:
+        return None, 0.0
     version = values.get("version")
-    if not version:
-        return True
     try:
-        return tuple(int(n) for n in version.split(".")) >= (1, 0, 0)
+        numbers = tuple(int(n) for n in version.split(".")) if version else (1, 0, 0)
     except ValueError:
-        return False
+        return None, 0.0
+    return (OPENMETRICS, q) if numbers + (0,) * (3 - len(numbers)) >= (1, 0, 0) else (None, 0.0)
 
 
 def negotiate(accept: str | None) -> Format:
-    """The format to serve a scraper whose `Accept` header is `accept`."""
-    if accept and any(_openmetrics_1(r) for r in accept.split(",")):
-        return OPENMETRICS
-    return TEXT
+    """The format to serve a scraper whose `Accept` header is `accept`: OpenMetrics
+    when it weighs that at least as much as the text format (a tie goes to
+    OpenMetrics, as in client_python), else the text format, which is also what no
+    header, or one naming neither, gets."""
+    best = {TEXT: 0.0, OPENMETRICS: 0.0}
+    for media_range in (accept or "").split(","):
+        fmt, q = _weight(media_range)
+        if fmt is not None:
+            best[fmt] = max(best[fmt], q)
+    return OPENMETRICS if best[OPENMETRICS] > 0 and best[OPENMETRICS] >= best[TEXT] else TEXT
 
 
 Page = Callable[[Format], bytes]

@@ -168,7 +168,11 @@ class SamplingLoop:
             slot.value = None
             slot.health.unavailable(e.reason)
         except TimeoutError:
-            self._fail(slot, ErrorReason.TIMEOUT, f"no answer within {slot.timeout:g}s", start)
+            if slot.health.unavailable_reason is None:
+                self._fail(slot, ErrorReason.TIMEOUT, f"no answer within {slot.timeout:g}s",
+                           start)
+            # else a reader with nothing to read is looking again (a driver probe) and
+            # has not answered yet: still unavailable; the pending read settles it.
         except Exception as e:  # a reader bug must not stop the other collectors
             log.exception("collector %s: unexpected error", slot.reader.name)
             self._fail(slot, ErrorReason.INTERNAL, repr(e), start)

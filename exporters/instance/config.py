@@ -34,7 +34,8 @@ PROG = "poolscope-instance-exporter"
 DEFAULT_LISTEN = ports.loopback(ports.INSTANCE_EXPORTER)
 # Every collector of the exporter and what it does when neither switch is given.
 COLLECTORS: dict[str, str] = {
-    "host": "on",
+    "host": "on; it cannot be left out, since the pool rules read its health as the "
+            "Instance's heartbeat",
     "gpu": "on when NVML is there; without an NVIDIA driver it is unavailable, not failing, "
            "and --collector.gpu makes that a failure",
     "engine": "on when --engine-metrics-url is given, which --collector.engine needs",
@@ -108,6 +109,10 @@ def parse(argv: Sequence[str] | None) -> Config:
             a.admission_memory_degraded, a.admission_memory_saturated)
     except ValueError as e:
         raise UsageError(f"--admission-*: {e}") from e
+    if a.collector_host is False:
+        raise UsageError("--no-collector.host: the pool rules count an Instance as a member "
+                         "and fresh by its host collector's health, so without it the "
+                         "Instance would leave its pool")
     if a.collector_engine and not a.engine_metrics_url:
         raise UsageError("--collector.engine needs --engine-metrics-url: the engine's "
                          "/metrics to read")

@@ -60,7 +60,8 @@ BAD: dict[Callable[[str], Any], tuple[str, ...]] = {
     http_url: ("localhost:9090", "ftp://host/", "http:///metrics", "http://host:99999/",
                "http://host:0/"),
     parse_listen: ("nowhere", "127.0.0.1:0", "127.0.0.1:65536", "[::zz]:80"),
-    telemetry_path: ("metrics", "/", "/a b", "//metrics", "/metrics?x=1"),
+    telemetry_path: ("metrics", "/", "/a b", "//metrics", "/metrics?x=1", "/healthz",
+                     "/v1/resource/snapshot", "/debug/pool_resource"),
     log_level: ("verbose", "", "5"),
     # Read when the command starts (the token, the TLS pair), not by argparse.
     Path: ("/nonexistent/poolscope-flag-test", "/"),
@@ -81,6 +82,7 @@ CROSS: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {
         (["--admission-kv-degraded=0.9", "--admission-kv-saturated=0.5"], ("--admission-",)),
         (["--tls-cert=/nonexistent.pem"], ("--tls-cert", "--tls-key")),
         (["--collector.engine"], ("--collector.engine", "--engine-metrics-url")),
+        (["--no-collector.host"], ("--no-collector.host",)),
     ],
     "poolscope-proxy-exporter": [
         (["--pool-label=pool"], ("--pool-label", "--proxy-id")),

@@ -3,6 +3,7 @@ hardened, and passes systemd's own checks where systemd-analyze exists."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.clis import check_command
+from poolscope.service.argtypes import ServiceParser, env_name
+from tests.deploy.clis import check_command, console_scripts
+from tests.deploy.test_console_flags import parser_of
 from tests.deploy.unit_files import (
     Unit,
     expand_command,
@@ -82,25 +85,61 @@ def test_templates_and_only_templates_use_the_instance_name(path: Path) -> None:
     assert ("%i" in unit.one("Unit", "Description")) == unit.is_template
 
 
+def _read_by_the_service(unit: Unit) -> set[str]:
+    """The POOLSCOPE_* variables the unit's service reads itself, one per flag."""
+    script = unit.one("Service", "ExecStart").split()[0].rsplit("/", 1)[-1]
+    parser = parser_of(console_scripts()[script])
+    assert isinstance(parser, ServiceParser)
+    return {env_name(a) for a in parser.configurable()}
+
+
+def _start(unit: Unit, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parse the unit's argv as the service would, with the environment systemd gives it."""
+    for name in [n for n in os.environ if n.startswith("POOLSCOPE_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    check_command(expand_command(unit.one("Service", "ExecStart"), env, EXAMPLE_INSTANCE))
+
+
 @pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
-def test_example_env_starts_the_service(path: Path) -> None:
+def test_example_env_starts_the_service(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     unit = parse_unit(path)
     env = parse_env_file(_example_env(unit))
-    command = unit.one("Service", "ExecStart")
-    used = referenced_variables(command)
+    used = referenced_variables(unit.one("Service", "ExecStart"))
     assert used - env.keys() == set(), "ExecStart uses variables the example does not set"
-    assert env.keys() - used == set(), "the example sets variables ExecStart ignores"
-    check_command(expand_command(command, env, EXAMPLE_INSTANCE))
+    assert env.keys() - used - _read_by_the_service(unit) == set(), \
+        "the example sets variables nothing reads"
+    _start(unit, env, monkeypatch)
 
 
 @pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
-def test_a_bad_extra_flag_is_caught(path: Path) -> None:
+def test_a_bad_extra_flag_is_caught(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The argv check sees the word-split extra arguments, not just the fixed ones."""
     unit = parse_unit(path)
     env = parse_env_file(_example_env(unit))
     env["POOLSCOPE_EXTRA_ARGS"] += " --no-such-flag"
     with pytest.raises(AssertionError, match="no-such-flag"):
-        check_command(expand_command(unit.one("Service", "ExecStart"), env, EXAMPLE_INSTANCE))
+        _start(unit, env, monkeypatch)
+
+
+@pytest.mark.parametrize("path", UNITS, ids=lambda p: p.name)
+def test_a_bad_value_in_the_env_file_is_caught(path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings the service reads itself are checked as its flags are."""
+    unit = parse_unit(path)
+    env = parse_env_file(_example_env(unit))
+    env["POOLSCOPE_WEB_LISTEN_ADDRESS"] = "nowhere"
+    with pytest.raises(AssertionError, match="POOLSCOPE_WEB_LISTEN_ADDRESS"):
+        _start(unit, env, monkeypatch)
+
+
+def test_an_empty_engine_url_leaves_the_engine_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instance example says an empty POOLSCOPE_ENGINE_METRICS_URL means no engine
+    series; systemd passes it as an empty variable, which counts as unset."""
+    unit = parse_unit(SYSTEMD_DIR / "poolscope-instance-exporter@.service")
+    env = {**parse_env_file(_example_env(unit)), "POOLSCOPE_ENGINE_METRICS_URL": ""}
+    _start(unit, env, monkeypatch)
 
 
 def _systemd_analyze() -> str:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from poolscope.exporters.instance.config import COLLECTORS, parse
 from poolscope.exporters.instance.service import Settings
+from poolscope.service.argtypes import UsageError
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text, health
 
 BASE = ["--instance-id", "i-1", "--proxy-id", "p-1"]
@@ -34,10 +35,14 @@ def test_every_collector_has_both_switches_and_auto_by_default() -> None:
     on = parse([*BASE, *URL, "--collector.host", "--collector.gpu", "--collector.engine"])
     assert (on.settings.host_collector, on.settings.gpu_collector,
             on.settings.engine_collector) == (True, True, True)
-    off = parse([*BASE, *URL, "--no-collector.host", "--no-collector.gpu",
-                 "--no-collector.engine"])
-    assert (off.settings.host_collector, off.settings.gpu_collector,
-            off.settings.engine_collector) == (False, False, False)
+    off = parse([*BASE, *URL, "--no-collector.gpu", "--no-collector.engine"])
+    assert (off.settings.gpu_collector, off.settings.engine_collector) == (False, False)
+
+
+def test_the_host_collector_cannot_be_left_out() -> None:
+    """The pool rules read the host collector's health as the Instance's heartbeat."""
+    with pytest.raises(UsageError, match=r"--no-collector\.host"):
+        parse([*BASE, "--no-collector.host"])
 
 
 def test_engine_collector_without_a_url_exits_2_naming_both_flags() -> None:

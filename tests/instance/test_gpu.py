@@ -9,6 +9,7 @@ import importlib
 import logging
 import math
 import sys
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -23,6 +24,7 @@ from poolscope.exporters.instance.gpu import GpuReader
 from tests.instance import fakes
 from tests.instance.conftest import MakeExporter, health, labels, names
 from tests.instance.fakes import FakeGpu, FakeNvml, three_gpus
+from tests.support.polling import until
 
 GPU_USAGE = {"poolscope_gpu_utilization_ratio", "poolscope_gpu_memory_used_bytes",
              "poolscope_gpu_memory_total_bytes", "poolscope_gpu_power_watts",
@@ -203,6 +205,41 @@ async def test_a_driver_loaded_later_is_found_at_the_next_detection(
     # Its error counters start at a measured 0 now that it is measuring.
     assert registry.get_sample_value("poolscope_collector_errors_total",
                                      health("gpu", reason="nvml_unavailable")) == 0
+
+
+class SlowToDetect(FakeNvml):
+    """A driver probe that hangs until released, as nvmlInit can on a busy host."""
+
+    def __init__(self) -> None:
+        super().__init__([], init_error=fakes.NVML_ERROR_DRIVER_NOT_LOADED)
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def _init(self) -> None:
+        self.hold.wait(30)
+        super()._init()
+
+
+async def test_a_slow_redetection_keeps_the_host_unavailable_not_failing(
+        make_exporter: MakeExporter) -> None:
+    nvml, clock = SlowToDetect(), Clock()
+    exporter, registry = make_exporter(gpu=GpuReader(nvml.module(), monotonic=clock),
+                                       sample_interval=0.2)
+    await exporter.loop.sample_all()
+    assert unavailable(registry) == {"gpu/driver_not_loaded": 1}
+    nvml.hold.clear()  # the next probe hangs past the slot's timeout
+    clock.now += gpu_module.REDETECT_S
+    await exporter.loop.sample_all()
+    await until(lambda: nvml.inits, lambda n: n == 1 and not nvml.hold.is_set(),
+                "the probe started")
+    assert unavailable(registry) == {"gpu/driver_not_loaded": 1}
+    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) is None
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("gpu", reason="timeout")) is None
+    nvml.hold.set()
+    await until(exporter.loop.sample_all, lambda _: nvml.inits == 2, "the probe answered")
+    assert unavailable(registry) == {"gpu/driver_not_loaded": 1}
+    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) is None
 
 
 async def test_no_gpu_collector_has_no_series_and_no_health(make_exporter: MakeExporter) -> None:

@@ -94,6 +94,18 @@ def test_a_refused_or_malformed_openmetrics_range_gets_the_text_format(accept: s
     assert negotiate(accept) is TEXT
 
 
+@pytest.mark.parametrize(("accept", "expected"), [
+    # Prometheus with scrape_protocols [PrometheusText0.0.4, OpenMetricsText1.0.0]
+    ("text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0;q=0.4,"
+     "*/*;q=0.1", "text"),
+    ("text/plain;q=0.3,application/openmetrics-text;version=1.0.0;q=0.9", "openmetrics"),
+    ("application/openmetrics-text;version=1.0", "openmetrics"),  # 1.0 is 1.0.0
+    ("application/openmetrics-text;version=0.0.1", "text"),
+])
+def test_the_weights_decide(accept: str, expected: str) -> None:
+    assert negotiate(accept) is {"text": TEXT, "openmetrics": OPENMETRICS}[expected]
+
+
 # --- RoundCache, one rendering per format and round ------------------------------
 
 class Held:

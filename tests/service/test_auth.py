@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import AsyncIterator
 
@@ -73,13 +74,41 @@ async def test_a_password_that_passed_is_remembered_not_hashed_again(
         assert (await both.get("/metrics", headers=basic("prom", "s3cret"))).status == 200
     assert calls == []
     assert (await both.get("/metrics", headers=basic("prom", "other"))).status == 401
-    assert len(calls) == 1  # a wrong password is checked every time
+    assert len(calls) == 1
+    for _ in range(3):  # a client repeating a wrong password costs no more hashing
+        assert (await both.get("/metrics", headers=basic("prom", "other"))).status == 401
+    assert len(calls) == 1
+
+
+async def test_password_checks_leave_the_default_executor_to_the_collectors(
+        both: TestClient) -> None:
+    """bcrypt takes ~70 ms a check: on the threads the collectors sample on, a flood
+    of wrong passwords would time their reads out."""
+    import threading
+
+    threads = []
+    real = bcrypt.checkpw
+
+    def spy(*args: bytes) -> bool:
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    bcrypt.checkpw = spy  # type: ignore[assignment]
+    try:
+        statuses = await asyncio.gather(*(both.get("/metrics", headers=basic("prom", f"w{i}"))
+                                          for i in range(4)))
+    finally:
+        bcrypt.checkpw = real  # type: ignore[assignment]
+    assert [r.status for r in statuses] == [401] * 4
+    assert len(threads) == 4 and all(n.startswith("poolscope-bcrypt") for n in threads)
 
 
 async def test_open_paths_answer_without_credentials(both: TestClient) -> None:
     for path in ("/healthz", "/-/ready"):
         response = await both.get(path)
         assert response.status == 200 and response.headers.get("Connection") == "close"
+    refused = await both.post("/healthz")
+    assert refused.status == 405 and refused.headers.get("Connection") == "close"
 
 
 async def test_web_config_headers_are_on_every_answer() -> None:

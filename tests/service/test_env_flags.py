@@ -124,3 +124,21 @@ def test_version_is_on_every_script(capsys: pytest.CaptureFixture[str]) -> None:
         assert exited.value.code == 0
         line = capsys.readouterr().out.strip()
         assert line.startswith(f"{script} ") and "python" in line, line
+
+
+def test_a_prefix_of_a_flag_is_not_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """With abbreviations, `--prometheus=URL` would add to POOLSCOPE_PROMETHEUS_URL's
+    list instead of replacing it; it is refused instead."""
+    with pytest.raises(SystemExit) as exited:
+        scheduler_bridge_parser().parse_args(["--prometheus=http://c:9090"])
+    assert exited.value.code == 2 and "--prometheus" in capsys.readouterr().err
+
+
+def test_help_and_version_answer_whatever_the_environment_holds(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("POOLSCOPE_CACHE_TTL", "-1")
+    for asked in ("--help", "--version"):
+        with pytest.raises(SystemExit) as exited:
+            scheduler_bridge_parser().parse_args([asked])
+        assert exited.value.code == 0, asked
+    assert "POOLSCOPE_CACHE_TTL" in capsys.readouterr().out

@@ -84,6 +84,10 @@ def test_a_bcrypt_hash_made_here_checks_its_password(tmp_path: Path) -> None:
     ({"http_server_config": {"http3": True}}, "http_server_config.http3"),
     ({"http_server_config": {"headers": {"Set-Cookie": "x"}}}, "headers"),
     ({"basic_auth_users": {"alice": "plaintext-password"}}, "not a bcrypt hash"),
+    # The pattern of a hash, but a cost bcrypt refuses: every check would fail.
+    ({"basic_auth_users": {"alice": "$2b$03$" + "a" * 53}}, "basic_auth_users.alice"),
+    ({"tls_server_config": {"cert_file": "CERT", "key_file": "KEY", "client_ca_file": "CERT"}},
+     "client CAs are given but client_auth_type is NoClientCert"),
     ({"basic_auth_users": ["alice"]}, "basic_auth_users"),
     ({"rate_limit": {"interval": "1s", "burst": 5}}, "rate_limit"),
     ("tls_server_config: [unclosed", "not YAML"),
