@@ -24,10 +24,10 @@ import binascii
 import concurrent.futures
 import hashlib
 import hmac
+import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-import bcrypt
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
@@ -77,6 +77,9 @@ def _basic_credentials(header: bytes) -> tuple[str, bytes] | None:
 
 class _BasicAuth:
     def __init__(self, users: Mapping[str, bytes]) -> None:
+        # Imported only when users are configured: bcrypt's extension is half a MiB of
+        # the Instance exporter's memory budget (docs/benchmarks.md), on every host.
+        self._bcrypt = importlib.import_module("bcrypt")
         self._users = dict(users)
         # An unknown user's password is checked against a real user's hash (and then
         # refused whatever it matched), so the answer takes as long as for a known one.
@@ -94,7 +97,7 @@ class _BasicAuth:
         if known is not None:
             return known
         ok = await asyncio.get_running_loop().run_in_executor(
-            self._hasher, bcrypt.checkpw, password, hashed or self._stand_in)
+            self._hasher, self._bcrypt.checkpw, password, hashed or self._stand_in)
         if len(self._answers) >= _REMEMBERED_MAX:
             self._answers.clear()
         self._answers[key] = ok and hashed is not None

@@ -43,7 +43,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Histogram
 
-from poolscope.service import logs, webconfig
+from poolscope.service import logs
 from poolscope.service.argtypes import (
     Listen,
     UsageError,
@@ -409,7 +409,13 @@ def service_config(args: argparse.Namespace) -> ServiceConfig:
     """Check the common flags of a parser built with `add_common_flags`; raises
     UsageError with a one-line message."""
     limits = HttpLimits(max_connections=args.max_connections, idle_timeout_s=args.idle_timeout)
-    web_config = webconfig.load(args.web_config_file) if args.web_config_file else None
+    web_config = None
+    if args.web_config_file:
+        # Only then: YAML and bcrypt are 2 MiB of the Instance exporter's memory budget
+        # (docs/benchmarks.md), which a host without a web config need not pay.
+        from poolscope.service import webconfig
+
+        web_config = webconfig.load(args.web_config_file)
     tls = tls_context(args.tls_cert, args.tls_key)
     if web_config is not None and web_config.tls is not None and tls is not None:
         raise UsageError("--tls-cert/--tls-key and --web.config.file's tls_server_config "

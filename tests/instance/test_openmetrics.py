@@ -226,16 +226,20 @@ async def test_the_instance_page_is_rendered_once_per_round_and_format(
     assert application[PAGE_KEY].renders == 4
 
 
-async def test_the_process_series_are_read_per_scrape_before_the_end(
+async def test_the_process_series_are_read_once_per_round_before_the_end(
         app: tuple[web.Application, Client]) -> None:
     _, client = app
     _, page = await scrape(client, PROMETHEUS_3)
     lines = page.splitlines()
     assert lines[-1] == "# EOF" and page.count("# EOF") == 1
     names = [f.name for f in openmetrics_families(page)]
-    # the sampled part (build info in it), then ages, then the process' own series
+    # the sampled part (build info and the process' own series in it), then the ages
     assert names.index("poolscope_build_info") < names.index(
-        catalog.COLLECTOR_SAMPLE_AGE.name) < names.index("process_cpu_seconds")
+        "process_cpu_seconds") < names.index(catalog.COLLECTOR_SAMPLE_AGE.name)
+    # cached with the round: a second scrape in the same round serves the same values
+    _, again = await scrape(client, PROMETHEUS_3)
+    assert [ln for ln in again.splitlines() if ln.startswith("process_")] == [
+        ln for ln in lines if ln.startswith("process_")]
 
 
 async def test_accept_headers_sent_apart_are_read_as_one_list(
