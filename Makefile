@@ -15,8 +15,9 @@ DEMO_ARGS ?=
 
 .PHONY: demo test lint bench generate setup venv system-deps llama-server clean
 
+# With simulated GPUs (there are none here), read through the real NVML collector.
 demo: setup
-	$(PY) -m deploy.demo.cluster $(DEMO_ARGS)
+	$(PY) -m deploy.demo.cluster --simulate-gpus $(DEMO_ARGS)
 
 # Four workers, one test file each at a time: most of the suite waits on real servers
 # (a rate exists a minute after Prometheus starts), so the waits overlap.

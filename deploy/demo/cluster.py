@@ -31,6 +31,9 @@ from poolscope.service import ports
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = sorted((REPO / "rules").glob("*.yml"))
+MAX_RUNNING = 8  # each simulated engine's batch
+# What --simulate-gpus gives each Instance, by turns: MODEL:COUNT.
+SIMULATED_MODELS = ("NVIDIA H100 80GB HBM3:4", "NVIDIA L40S:2")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--proxy-bridge-port", type=int, default=ports.PROXY_BRIDGE,
                    help="the first pool's Proxy bridge; the others take the next free ports")
     p.add_argument("--scrape-interval", type=float, default=2.0)
+    p.add_argument("--simulate-gpus", action="store_true",
+                   help="give each Instance simulated GPUs (two models, one GPU failing now "
+                        "and then) read through the real NVML collector; `make demo` does")
+    p.add_argument("--flaky-gpu-period", type=float, default=90.0,
+                   help="seconds; the flaky simulated GPU fails for the last third of each")
     p.add_argument("--workdir", type=Path, default=None,
                    help="logs, Prometheus data and config (default: a temporary folder)")
     p.add_argument("--prometheus-bin", default=None,
@@ -109,6 +117,15 @@ def prometheus_config(workdir: Path, interval: float, pools: Sequence[Pool],
     return path
 
 
+def simulated_gpus(pool: int, instance: int, flaky_period_s: float) -> tuple[str, ...]:
+    """Two GPU models across the fleet, alternating by Instance; the first Instance's
+    second GPU fails its reads now and then, so an unhealthy GPU shows."""
+    model = SIMULATED_MODELS[instance % len(SIMULATED_MODELS)]
+    flaky = (("--flaky-gpu", "1", "--flaky-period", f"{flaky_period_s:g}")
+             if pool == 0 and instance == 0 else ())
+    return ("--gpus", model, "--max-running", str(MAX_RUNNING), *flaky)
+
+
 def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
     """Proxies first (Instances register with them), then engines and exporters."""
     pools = []
@@ -128,16 +145,20 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
             engine = group.start_python(
                 f"engine-{instance_id}", "deploy.demo.engine_sim",
                 "--listen", f"127.0.0.1:{engine_port}", "--model", "demo-llama-8b",
-                "--max-running", "8", "--max-waiting", "64",
+                "--max-running", str(MAX_RUNNING), "--max-waiting", "64",
                 "--register-url", proxy_url, "--instance-id", instance_id, "--capacity", "8",
                 "--seed", str(p * 100 + i))
             wait_ready(f"http://127.0.0.1:{engine_port}/health", engine)
+            flags = ("--instance-id", instance_id, "--proxy-id", proxy_id,
+                     "--web.listen-address", f"127.0.0.1:{exporter_port}",
+                     "--engine-metrics-url", f"http://127.0.0.1:{engine_port}/metrics",
+                     "--engine", "vllm", "--sample-interval", interval)
+            simulated = (simulated_gpus(p, i, args.flaky_gpu_period) if args.simulate_gpus
+                         else ())
             exporter = group.start_python(
-                f"exporter-{instance_id}", "poolscope.exporters.instance",
-                "--instance-id", instance_id, "--proxy-id", proxy_id,
-                "--listen", f"127.0.0.1:{exporter_port}",
-                "--engine-metrics-url", f"http://127.0.0.1:{engine_port}/metrics",
-                "--engine", "vllm", "--sample-interval", interval)
+                f"exporter-{instance_id}",
+                *(("deploy.demo.gpu_exporter", *simulated, "--") if simulated
+                  else ("poolscope.exporters.instance",)), *flags)
             exporter_url = f"http://127.0.0.1:{exporter_port}"
             wait_ready(f"{exporter_url}/healthz", exporter)
             exporters.append(exporter_url)

@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from poolscope.exporters.instance.config import PROG, Config, build_parser, parse
 from poolscope.exporters.instance.server import make_app
@@ -22,8 +23,10 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("poolscope.exporters.instance")
 
 
-async def serve(config: Config) -> None:
-    exporter = InstanceExporter(config.settings)
+async def serve(config: Config, nvml: ModuleType | None = None) -> None:
+    """Run the exporter until SIGTERM; `nvml` replaces pynvml (the demo's simulated
+    GPUs), everything else is the shipped path."""
+    exporter = InstanceExporter(config.settings, nvml=nvml)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, _set_draining, exporter, True)
     loop.add_signal_handler(signal.SIGUSR2, _set_draining, exporter, False)

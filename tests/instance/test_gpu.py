@@ -24,6 +24,7 @@ from poolscope.exporters.instance.gpu import GpuReader
 from tests.instance import fakes
 from tests.instance.conftest import MakeExporter, health, labels, names
 from tests.instance.fakes import FakeGpu, FakeNvml, three_gpus
+from tests.support.clock import Clock
 from tests.support.polling import until
 
 GPU_USAGE = {"poolscope_gpu_utilization_ratio", "poolscope_gpu_memory_used_bytes",
@@ -106,14 +107,6 @@ def unavailable(registry: CollectorRegistry) -> dict[str, float]:
     return {f"{s.labels['collector']}/{s.labels['reason']}": s.value
             for m in registry.collect() for s in m.samples
             if s.name == catalog.COLLECTOR_UNAVAILABLE.name}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.parametrize(("code", "reason"), NO_DRIVER, ids=[r for _, r in NO_DRIVER])

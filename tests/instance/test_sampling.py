@@ -16,17 +16,10 @@ from poolscope.exporters.common.sampling import SampleError, SamplingLoop
 from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.service.identity import Identity
 from tests.instance.conftest import MakeExporter, health
+from tests.support.clock import Clock
 from tests.support.polling import until
 
 IDS = Identity("proxy-a", "inst-1")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class ScriptedReader:

@@ -127,3 +127,5 @@ def test_a_bridge_requires_a_client_certificate_its_ca_signed(
         stranger = ssl.create_default_context(cafile=str(pki["cert"]))
         stranger.load_cert_chain(pki["cert"], pki["key"])
         assert healthz(url, stranger) == 0
+        # ... while the bridge still serves a client it trusts: refused, not dead.
+        assert healthz(url, with_client) == 200
