@@ -8,6 +8,11 @@ in rows, so a definition lists what to show, not pixel positions.
 Absent stays absent: time series keep gaps (`spanNulls: false`), bar gauges
 and stats use instant queries (a series that is gone now shows "No data",
 not its last value), and no value mapping or option turns null into 0.
+
+Every file is valid for Grafana's own dashboard schema (the grafana-foundation-sdk
+models of GRAFANA_VERSION; tests/dashboards/test_grafana_schema.py) and carries
+what Grafana's "Export for sharing externally" writes: `__inputs` / `__requires`
+and the built-in "Annotations & Alerts" annotation.
 """
 
 from __future__ import annotations
@@ -19,13 +24,25 @@ from typing import Any, Literal
 from poolscope.exporters.common import thresholds
 
 SCHEMA_VERSION = 39
+# The release whose schema the dashboards are validated against (pyproject.toml
+# pins grafana-foundation-sdk to its build).
+GRAFANA_VERSION = "11.6.0"
 GRID_WIDTH = 24
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 NO_DATA = "No data"
 
 PanelKind = Literal["timeseries", "bargauge", "stat", "state-timeline"]
 Json = dict[str, Any]
-
+# The names Grafana's export gives each panel plugin in `__requires`.
+PANEL_NAMES: dict[str, str] = {"timeseries": "Time series", "bargauge": "Bar gauge",
+                               "stat": "Stat", "state-timeline": "State timeline"}
+# Grafana's built-in annotation, as every exported dashboard carries it.
+BUILT_IN_ANNOTATION: Json = {
+    "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+    "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+    "name": "Annotations & Alerts",
+    "target": {"limit": 100, "matchAny": False, "tags": [], "type": "dashboard"},
+    "type": "dashboard"}
 
 
 @dataclass(frozen=True)
@@ -84,8 +101,12 @@ class Panel:
 
 @dataclass(frozen=True)
 class Row:
+    """A titled row; a collapsed one holds its panels until it is opened, so a
+    detail section costs no queries until someone looks at it."""
+
     title: str
     panels: tuple[Panel, ...]
+    collapsed: bool = False
 
 
 def _field_config(panel: Panel) -> Json:
@@ -113,7 +134,9 @@ def _field_config(panel: Panel) -> Json:
             defaults["custom"] |= {"axisSoftMin": 0, "axisSoftMax": 1,
                                    "thresholdsStyle": {"mode": "line"}}
     if panel.kind == "state-timeline":
-        defaults["custom"] = {"fillOpacity": 80, "lineWidth": 0, "spanNulls": False}
+        # Not in the panel's schema: "Connect null values" is off unless set, so a
+        # gap stays a gap.
+        defaults["custom"] = {"fillOpacity": 80, "lineWidth": 0}
     return {"defaults": defaults, "overrides": []}
 
 
@@ -154,21 +177,32 @@ def render(panel: Panel, panel_id: int, x: int, y: int) -> Json:
 
 
 def layout(rows: Sequence[Row]) -> list[Json]:
-    """Rows stacked top to bottom; a row's panels flow left to right and wrap at 24."""
+    """Rows stacked top to bottom; a row's panels flow left to right and wrap at 24.
+
+    A collapsed row keeps its panels inside it, placed below the row as they
+    will be when it is opened; the next row follows the collapsed one directly.
+    """
     out: list[Json] = []
+    next_id = 1
     y = 0
     for row in rows:
-        out.append({"id": len(out) + 1, "type": "row", "title": row.title, "collapsed": False,
-                    "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y}, "panels": []})
+        row_json: Json = {"id": next_id, "type": "row", "title": row.title,
+                          "collapsed": row.collapsed,
+                          "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": y}, "panels": []}
+        out.append(row_json)
+        next_id += 1
         y += 1
-        x, line_height = 0, 0
+        x, line_y, line_height = 0, y, 0
         for panel in row.panels:
             if x + panel.width > GRID_WIDTH:
-                x, y, line_height = 0, y + line_height, 0
-            out.append(render(panel, len(out) + 1, x, y))
+                x, line_y, line_height = 0, line_y + line_height, 0
+            rendered = render(panel, next_id, x, line_y)
+            next_id += 1
+            (row_json["panels"] if row.collapsed else out).append(rendered)
             x += panel.width
             line_height = max(line_height, panel.height)
-        y += line_height
+        if not row.collapsed:
+            y = line_y + line_height
     return out
 
 
@@ -178,17 +212,44 @@ def datasource_variable() -> Json:
             "options": [], "includeAll": False, "multi": False}
 
 
-def query_variable(name: str, label: str, query: str, *, multi: bool) -> Json:
-    """A variable filled from Prometheus; `multi` also offers "All"."""
-    return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
-            "query": query, "definition": query, "current": {}, "hide": 0,
-            "refresh": 2, "regex": "", "sort": 1, "options": [],
-            "multi": multi, "includeAll": multi}
+def query_variable(name: str, label: str, query: str, *, multi: bool,
+                   all_value: str | None = None) -> Json:
+    """A variable filled from Prometheus; `multi` also offers "All".
+
+    `all_value` is what "All" sends instead of every value joined: `.*` for a
+    label that a single-Prometheus setup does not have, where there is no value
+    to join and `label=~".*"` still matches every series.
+    """
+    variable: Json = {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
+                      "query": query, "current": {}, "hide": 0,
+                      "refresh": 2, "regex": "", "sort": 1, "options": [],
+                      "multi": multi, "includeAll": multi}
+    if all_value is not None:
+        variable["allValue"] = all_value
+        variable["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
+    return variable
+
+
+def requires(panels: Sequence[Json]) -> list[Json]:
+    """`__requires` as Grafana's export writes it: Grafana, the datasource
+    plugin, and each panel plugin used (in collapsed rows too)."""
+    kinds = {p["type"] for p in panels} | {n["type"] for p in panels for n in p.get("panels", [])}
+    return [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        *({"type": "panel", "id": kind, "name": PANEL_NAMES[kind], "version": ""}
+          for kind in sorted(kinds - {"row"})),
+    ]
 
 
 def dashboard(*, uid: str, title: str, description: str, variables: Sequence[Json],
               rows: Sequence[Row]) -> Json:
+    panels = layout(rows)
     return {
+        # No `__inputs`: the datasource is a template variable, chosen after import.
+        "__inputs": [],
+        "__elements": {},
+        "__requires": requires(panels),
         "id": None,
         "uid": uid,
         "title": title,
@@ -203,9 +264,9 @@ def dashboard(*, uid: str, title: str, description: str, variables: Sequence[Jso
         "timezone": "browser",
         "fiscalYearStartMonth": 0,
         "liveNow": False,
-        "annotations": {"list": []},
+        "annotations": {"list": [BUILT_IN_ANNOTATION]},
         "links": [{"title": "Poolscope", "type": "dashboards", "tags": ["poolscope"],
                    "asDropdown": False, "includeVars": True, "keepTime": True}],
         "templating": {"list": [datasource_variable(), *variables]},
-        "panels": layout(rows),
+        "panels": panels,
     }

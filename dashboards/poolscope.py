@@ -4,6 +4,12 @@ Pool-level panels read the `proxy_pool:*` recording rules, the same series
 the Scheduler bridge serves, so a dashboard and the Scheduler can never
 disagree. Instance-level panels read the exporters' raw series
 (exporters/common/catalog.py), which the rules read straight as well.
+
+Every selector also matches `region` and `cluster`, so one dashboard serves a
+single Prometheus and the federated global one (deploy/federation/: each
+region Prometheus adds its `region` as an external label; `cluster` is the
+label a multi-cluster setup adds the same way). "All" sends `.*`, which also
+matches a series without the label.
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ from __future__ import annotations
 from dashboards.grafana import Json, Panel, Row, StateSet, Target, dashboard, query_variable
 from poolscope.exporters.common import thresholds
 
-POOLS = 'proxy_id=~"$proxy_id"'
-ONE_INSTANCE = 'proxy_id=~"$proxy_id",instance_id="$instance_id"'
+WHERE = 'region=~"$region",cluster=~"$cluster"'
+POOLS = WHERE + ',proxy_id=~"$proxy_id"'
+ONE_INSTANCE = POOLS + ',instance_id="$instance_id"'
 RATE = "[$__rate_interval]"
+# Grafana has no tokens unit; a custom suffix keeps the axis honest.
+TOKENS_PER_S = "suffix: tokens/s"
 
 DATA_QUALITY = StateSet("proxy_pool:data_quality", "quality", (
     ("complete", "green"), ("partial", "#EAB839"), ("missing", "red")))
@@ -48,12 +57,21 @@ def rate_by(counter: str, by: str, matchers: str, legend: str) -> Target:
     return Target(f"sum by ({by}) (rate({counter}{{{matchers}}}{RATE}))", legend)
 
 
+REGION_VARIABLE = query_variable("region", "Region",
+                                 "label_values(proxy_pool:instances:count, region)",
+                                 multi=True, all_value=".*")
+CLUSTER_VARIABLE = query_variable(
+    "cluster", "Cluster",
+    'label_values(proxy_pool:instances:count{region=~"$region"}, cluster)',
+    multi=True, all_value=".*")
 POOL_VARIABLE = query_variable("proxy_id", "Pool",
-                               "label_values(proxy_pool:instances:count, proxy_id)", multi=True)
+                               f"label_values(proxy_pool:instances:count{{{WHERE}}}, proxy_id)",
+                               multi=True)
 INSTANCE_VARIABLE = query_variable(
     "instance_id", "Instance",
-    'label_values(poolscope_proxy_instance_registered{proxy_id=~"$proxy_id"}, instance_id)',
+    f"label_values(poolscope_proxy_instance_registered{{{POOLS}}}, instance_id)",
     multi=False)
+PLACE = (REGION_VARIABLE, CLUSTER_VARIABLE)
 
 
 def fleet() -> Json:
@@ -87,7 +105,7 @@ def fleet() -> Json:
                   (Target(POOL_ADMISSION.expr(POOLS, "proxy_id"), "{{proxy_id}}"),),
                   mappings=POOL_ADMISSION.mappings()),
         )),
-        Row("Instances", (
+        Row("Instances", collapsed=True, panels=(
             Panel("timeseries", "Instances: alive, stale, missing resource",
                   "Registered at the Proxy; stale = heartbeat timed out; missing resource = "
                   "alive but no fresh host sample.",
@@ -130,7 +148,7 @@ def fleet() -> Json:
                    per_pool("proxy_pool:kv_cache_usage:max", "{{proxy_id}} fullest rank")),
                   unit="percentunit", ratio=True),
         )),
-        Row("Resources", (
+        Row("Resources", collapsed=True, panels=(
             Panel("timeseries", "CPU", "Hosts with fresh samples only.",
                   (per_pool("proxy_pool:cpu_utilization:avg", "{{proxy_id}} avg"),
                    per_pool("proxy_pool:cpu_utilization:max", "{{proxy_id}} max")),
@@ -160,7 +178,7 @@ def fleet() -> Json:
     return dashboard(uid="poolscope-fleet", title="Poolscope / Fleet",
                      description="Every pool at a glance: load, saturation, QPS, queues, "
                                  "data quality, admission, Instances.",
-                     variables=(POOL_VARIABLE,), rows=rows)
+                     variables=(*PLACE, POOL_VARIABLE), rows=rows)
 
 
 def pool() -> Json:
@@ -228,7 +246,7 @@ def pool() -> Json:
                   quantiles("poolscope_proxy_instance_request_duration_seconds",
                             "proxy_id, instance_id", POOLS, per_instance), unit="s"),
         )),
-        Row("Queues", (
+        Row("Queues", collapsed=True, panels=(
             Panel("timeseries", "Queue depth and capacity",
                   "Capacity is absent for an unbounded queue.",
                   (per_pool("proxy_pool:queue_depth:sum", "{{proxy_id}} {{queue}}"),
@@ -250,7 +268,7 @@ def pool() -> Json:
                   (per_pool("poolscope_proxy_collector_success",
                             "{{proxy_id}} {{collector}}"),), mappings=COLLECTOR_OK),
         )),
-        Row("GPUs", (
+        Row("GPUs", collapsed=True, panels=(
             Panel("timeseries", "GPU utilization per GPU", "Healthy GPUs' busy fraction.",
                   (per_pool("poolscope_gpu_utilization_ratio",
                             per_instance + " GPU {{gpu}} {{gpu_model}}"),),
@@ -275,7 +293,7 @@ def pool() -> Json:
     )
     return dashboard(uid="poolscope-pool", title="Poolscope / Pool",
                      description="One pool in detail: its Instances, queues and GPUs.",
-                     variables=(POOL_VARIABLE,), rows=rows)
+                     variables=(*PLACE, POOL_VARIABLE), rows=rows)
 
 
 def instance() -> Json:
@@ -302,7 +320,7 @@ def instance() -> Json:
                   quantiles("poolscope_proxy_instance_request_duration_seconds",
                             "instance_id", ONE_INSTANCE, "duration"), unit="s"),
         )),
-        Row("Host", (
+        Row("Host", collapsed=True, panels=(
             Panel("timeseries", "CPU", "Busy time, all cores.",
                   (one("poolscope_host_cpu_utilization_ratio", "cpu"),),
                   unit="percentunit", ratio=True, width=8),
@@ -318,7 +336,7 @@ def instance() -> Json:
                    rate_by("poolscope_host_network_transmit_bytes_total", "device",
                            ONE_INSTANCE, "{{device}} tx")), unit="Bps", width=24),
         )),
-        Row("Engine", (
+        Row("Engine", collapsed=True, panels=(
             Panel("timeseries", "Requests running and waiting", "The engine's own view.",
                   (one("poolscope_engine_requests_running", "running"),
                    one("poolscope_engine_requests_waiting", "waiting")), width=8),
@@ -332,18 +350,22 @@ def instance() -> Json:
                   "configured (--capacity), stated by the engine, or learned (the most "
                   "running at once in the last hour).",
                   (one("poolscope_instance_capacity_requests", "{{source}}"),), width=8),
-            Panel("timeseries", "Throughput", "The engine's own counters.",
+            Panel("timeseries", "Requests completed", "The engine's own counter of "
+                  "successful requests.",
                   (rate_by("poolscope_engine_request_success_total", "instance_id",
-                           ONE_INSTANCE, "requests ok"),
-                   rate_by("poolscope_engine_prompt_tokens_total", "instance_id",
+                           ONE_INSTANCE, "requests ok"),), unit="reqps", width=8),
+            # Tokens/s apart from requests/s: one axis for both hides the smaller.
+            Panel("timeseries", "Token throughput", "The engine's own token counters.",
+                  (rate_by("poolscope_engine_prompt_tokens_total", "instance_id",
                            ONE_INSTANCE, "prompt tokens"),
                    rate_by("poolscope_engine_generation_tokens_total", "instance_id",
-                           ONE_INSTANCE, "generation tokens")), unit="ops"),
+                           ONE_INSTANCE, "generation tokens")), unit=TOKENS_PER_S, width=8),
             Panel("state-timeline", "Admission state", "The Instance's current state.",
                   (Target(INSTANCE_ADMISSION.expr(ONE_INSTANCE, "instance_id"),
-                          "{{instance_id}}"),), mappings=INSTANCE_ADMISSION.mappings()),
+                          "{{instance_id}}"),), mappings=INSTANCE_ADMISSION.mappings(),
+                  width=8),
         )),
-        Row("GPUs", (
+        Row("GPUs", collapsed=True, panels=(
             Panel("stat", "GPUs", "Absent when NVML cannot be initialised: on a host without "
                   "an NVIDIA driver poolscope_collector_unavailable_info{collector=\"gpu\"} "
                   "says so (a state, not a failure).",
@@ -364,7 +386,7 @@ def instance() -> Json:
                   (one("poolscope_gpu_temperature_celsius", "GPU {{gpu}}"),),
                   unit="celsius", width=6),
         )),
-        Row("Collectors", (
+        Row("Collectors", collapsed=True, panels=(
             Panel("state-timeline", "Collector success", "Each collector fails alone.",
                   (one("poolscope_collector_success", "{{collector}}"),),
                   mappings=COLLECTOR_OK),
@@ -380,7 +402,7 @@ def instance() -> Json:
     return dashboard(uid="poolscope-instance", title="Poolscope / Instance",
                      description="One Instance: the Proxy's view, host, engine, GPUs and the "
                                  "exporter's collectors.",
-                     variables=(POOL_VARIABLE, INSTANCE_VARIABLE), rows=rows)
+                     variables=(*PLACE, POOL_VARIABLE, INSTANCE_VARIABLE), rows=rows)
 
 
 DASHBOARDS = {"poolscope-fleet.json": fleet, "poolscope-pool.json": pool,

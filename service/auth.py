@@ -10,10 +10,12 @@ secret.
 bcrypt is slow on purpose (about 70 ms at cost 10), so every answer is remembered,
 keyed by a SHA-256 of user, hash and password, as exporter-toolkit does: a scraper
 pays once, and a client repeating a wrong password costs nothing more. Checks run on
-one thread of their own, one at a time, so the event loop keeps serving and a flood
-of new wrong passwords queues behind itself rather than taking the threads the
-collectors sample on. An unknown user is checked against a configured user's hash, so
-the answer takes as long as for a known one.
+one thread of their own, one at a time, so the event loop keeps serving and the
+threads the collectors sample on stay free; past MAX_WAITING_CHECKS waiting, a new
+password is refused unchecked, so a flood (whose clients may hang up at once, freeing
+their connection slots) cannot queue minutes of work or memory. An unknown user is
+checked against a configured user's hash, so the answer takes as long as for a known
+one.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures
+import functools
 import hashlib
 import hmac
 import importlib
+import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -32,7 +36,9 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 OPEN_PATHS = frozenset({"/healthz"})
-_REMEMBERED_MAX = 4096  # answers held (32-byte keys); past it they are forgotten at once
+_REMEMBERED_MAX = 4096  # answers held of each kind (32-byte keys)
+# Checks waiting for the bcrypt thread at most (about 0.6 s of work at cost 10).
+MAX_WAITING_CHECKS = 8
 BCRYPT_MAX_PASSWORD = 72  # bytes: bcrypt 5 refuses longer ones
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -84,24 +90,48 @@ class _BasicAuth:
         # An unknown user's password is checked against a real user's hash (and then
         # refused whatever it matched), so the answer takes as long as for a known one.
         self._stand_in = next(iter(self._users.values()))
-        self._answers: dict[bytes, bool] = {}
-        self._hasher = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="poolscope-bcrypt")
+        # Passing credentials apart from failing ones: a flood of wrong passwords
+        # evicts only wrong ones, never the scraper's.
+        self._passed: set[bytes] = set()
+        self._failed: dict[bytes, None] = {}
+        self._waiting = 0
 
     async def check(self, user: str, password: bytes) -> bool:
         hashed = self._users.get(user)
         if len(password) > BCRYPT_MAX_PASSWORD:
             return False  # bcrypt refuses longer passwords: none can match
         key = hashlib.sha256(b"\0".join((user.encode(), hashed or b"", password))).digest()
-        known = self._answers.get(key)
-        if known is not None:
-            return known
-        ok = await asyncio.get_running_loop().run_in_executor(
-            self._hasher, self._bcrypt.checkpw, password, hashed or self._stand_in)
-        if len(self._answers) >= _REMEMBERED_MAX:
-            self._answers.clear()
-        self._answers[key] = ok and hashed is not None
-        return self._answers[key]
+        if key in self._passed:
+            return True
+        if key in self._failed:
+            return False
+        if self._waiting >= MAX_WAITING_CHECKS:
+            # Refused unchecked rather than queued: new passwords arrive faster than
+            # bcrypt can check them, which only a flood does; known ones still pass.
+            return False
+        self._waiting += 1
+        try:
+            ok = await asyncio.get_running_loop().run_in_executor(
+                _hasher(), self._bcrypt.checkpw, password, hashed or self._stand_in)
+        finally:
+            self._waiting -= 1
+        if ok and hashed is not None:
+            if len(self._passed) >= _REMEMBERED_MAX:
+                self._passed.clear()
+            self._passed.add(key)
+            return True
+        if len(self._failed) >= _REMEMBERED_MAX:  # the oldest tenth makes room
+            for old in list(itertools.islice(self._failed, _REMEMBERED_MAX // 10)):
+                del self._failed[old]
+        self._failed[key] = None
+        return False
+
+
+@functools.cache
+def _hasher() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread password checks run on, in every app of the process."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                 thread_name_prefix="poolscope-bcrypt")
 
 
 def access_control(access: Access, error: ErrorResponse) -> Middleware:

@@ -299,7 +299,9 @@ SERVED_PREFIXES = ("/v1/", "/debug/", "/status/")
 def telemetry_path(value: str) -> str:
     """Where /metrics is served: an absolute path a URL can carry as is, and none a
     service already answers (its routes would then clash at start-up)."""
-    if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or value == "/" or "//" in value:
+    segments = value.split("/")[1:]
+    if (not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or value == "/" or "//" in value
+            or any(s in (".", "..") for s in segments)):  # a request path is normalised
         raise argparse.ArgumentTypeError(
             f"expected an absolute path such as /metrics, got {value!r}")
     if value.rstrip("/") in SERVED_PATHS or value.startswith(SERVED_PREFIXES):

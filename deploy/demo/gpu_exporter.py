@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from deploy.demo.sim_nvml import FakeGpu, FakeNvml
 from poolscope.exporters.instance.__main__ import serve
 from poolscope.exporters.instance.config import PROG, Config, parse
+from poolscope.service.argtypes import positive_float, positive_int
 from poolscope.service.web import command
 
 FLAKY_PERIOD_S = 90.0
@@ -48,19 +49,19 @@ class EngineLoad:
 
 def read_engine(url: str, max_running: int) -> EngineLoad | None:
     """The simulated vLLM's running requests and KV usage; None when it does not answer."""
+    running: list[float] = []
+    kv: list[float] = []
     try:
         with urllib.request.urlopen(url, timeout=0.5) as response:
             text = response.read().decode()
-    except OSError:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "vllm:num_requests_running":
+                    running.append(sample.value)
+                elif sample.name == "vllm:kv_cache_usage_perc":
+                    kv.append(sample.value)
+    except Exception:  # an engine away, or a page cut short: no reading this time
         return None
-    running: list[float] = []
-    kv: list[float] = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "vllm:num_requests_running":
-                running.append(sample.value)
-            elif sample.name == "vllm:kv_cache_usage_perc":
-                kv.append(sample.value)
     if not running or not kv:
         return None
     # Requests add up across ranks; a GPU holds its own rank's cache, so the fullest.
@@ -68,33 +69,34 @@ def read_engine(url: str, max_running: int) -> EngineLoad | None:
 
 
 class LoadFollowingNvml(FakeNvml):
-    """GPUs whose utilisation and memory are the engine's load, refreshed before a read
-    when older than REFRESH_S; one of them, if asked, failing now and then."""
+    """GPUs whose utilisation and memory are the engine's load as `refresh` last read
+    it (a thread of its own calls it every REFRESH_S, so an NVML read never waits on
+    HTTP); one of them, if asked, failing now and then."""
 
     def __init__(self, gpus: list[FakeGpu], load: Callable[[], EngineLoad | None],
                  flaky: int | None = None, flaky_period_s: float = FLAKY_PERIOD_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(gpus)
+        if not flaky_period_s > 0:
+            raise ValueError("the flaky period must be positive")
+        if flaky is not None and not 0 <= flaky < len(gpus):
+            raise ValueError(f"no GPU {flaky} among {len(gpus)}")
         self._load, self._flaky, self._clock = load, flaky, clock
         self._period = flaky_period_s
         # Counted from now, so the flaky GPU is read healthy first and keeps its model
         # label while it fails (the collector learns a GPU's identity from a good read).
         self._started = clock()
-        self._refreshed = -REFRESH_S
-        self._lock = threading.Lock()  # GpuReader reads on worker threads
 
     def _gpu(self, handle: int) -> FakeGpu:
         now = self._clock()
-        with self._lock:
-            if now - self._refreshed >= REFRESH_S:
-                self._refreshed = now
-                self._follow(self._load())
-            self.failing = ({self._flaky} if self._flaky is not None
-                            and (now - self._started) % self._period >= self._period * 2 / 3
-                            else set())
+        self.failing = ({self._flaky} if self._flaky is not None
+                        and (now - self._started) % self._period >= self._period * 2 / 3
+                        else set())
         return super()._gpu(handle)
 
-    def _follow(self, load: EngineLoad | None) -> None:
+    def refresh(self) -> None:
+        """Read the engine's load once and set every GPU's readings from it."""
+        load = self._load()
         if load is None:  # the engine is away: the GPUs keep what they last showed
             return
         for i, gpu in enumerate(self.gpus):
@@ -120,6 +122,16 @@ def gpu_spec(text: str) -> GpuSpec:
     return tuple(spec)
 
 
+def follow_in_background(nvml: LoadFollowingNvml) -> None:
+    """Refresh `nvml` every REFRESH_S for the life of the process."""
+    def loop() -> None:
+        while True:
+            nvml.refresh()
+            time.sleep(REFRESH_S)
+
+    threading.Thread(target=loop, name="demo-gpu-load", daemon=True).start()
+
+
 def gpus_of(spec: GpuSpec, instance: str) -> list[FakeGpu]:
     """The spec's GPUs, with uuids stable across restarts and distinct per Instance."""
     models = [model for model, count in spec for _ in range(count)]
@@ -137,11 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m deploy.demo.gpu_exporter",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--gpus", required=True, type=gpu_spec, help="MODEL:COUNT[,MODEL:COUNT...]")
-    p.add_argument("--max-running", type=int, default=8,
+    p.add_argument("--max-running", type=positive_int, default=8,
                    help="the engine's batch size: running requests at 100%% utilisation")
     p.add_argument("--flaky-gpu", type=int, default=None,
                    help="index of a GPU that fails its reads now and then")
-    p.add_argument("--flaky-period", type=float, default=FLAKY_PERIOD_S,
+    p.add_argument("--flaky-period", type=positive_float, default=FLAKY_PERIOD_S,
                    help="seconds; the flaky GPU fails for the last third of each")
     sim = p.parse_args(args[:cut])
     exporter_args = args[cut + 1:]
@@ -152,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nvml = LoadFollowingNvml(
             gpus, (lambda: read_engine(url, sim.max_running)) if url else (lambda: None),
             flaky=sim.flaky_gpu, flaky_period_s=sim.flaky_period)
+        follow_in_background(nvml)
         return serve(config, nvml=nvml.module())
 
     return command(PROG, exporter_args, parse, simulated)

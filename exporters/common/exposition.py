@@ -96,9 +96,10 @@ def _weight(media_range: str) -> tuple[Format | None, float]:
 
 def negotiate(accept: str | None) -> Format:
     """The format to serve a scraper whose `Accept` header is `accept`: OpenMetrics
-    when it weighs that at least as much as the text format (a tie goes to
-    OpenMetrics, as in client_python), else the text format, which is also what no
-    header, or one naming neither, gets."""
+    when it weighs that at least as much as the text format (client_python serves
+    OpenMetrics whenever it is named at all; weights let a scraper that lists it
+    below text get text), else the text format, which is also what no header, or
+    one naming neither, gets. A range's weight is its own: `*/*` counts for text."""
     best = {TEXT: 0.0, OPENMETRICS: 0.0}
     for media_range in (accept or "").split(","):
         fmt, q = _weight(media_range)

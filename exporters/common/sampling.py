@@ -101,6 +101,7 @@ class Slot(Generic[S]):
     # started anew: a call stuck in a driver cannot be cancelled, and a fresh
     # thread every tick would pile up until it starved the other collectors.
     pending: asyncio.Future[S] | None = None
+    pending_since: float = 0.0  # when `pending` was started, on the loop's clock
 
     def fresh(self) -> bool:
         """A sample is held and no older than FRESH_S."""
@@ -150,6 +151,7 @@ class SamplingLoop:
         start = self._monotonic()
         if slot.pending is None:
             slot.pending = asyncio.ensure_future(slot.reader.read())
+            slot.pending_since = start
         read = slot.pending
         try:
             # shield: a timeout abandons the wait, not the read (see Slot.pending).
@@ -168,11 +170,13 @@ class SamplingLoop:
             slot.value = None
             slot.health.unavailable(e.reason)
         except TimeoutError:
-            if slot.health.unavailable_reason is None:
+            # A reader with nothing to read that is looking again (a driver probe) stays
+            # unavailable while the look is young; one that hangs past FRESH_S (a wedged
+            # GPU hanging nvmlInit) is a failure, or the state would hide it for ever.
+            if (slot.health.unavailable_reason is None
+                    or start - slot.pending_since >= FRESH_S):
                 self._fail(slot, ErrorReason.TIMEOUT, f"no answer within {slot.timeout:g}s",
                            start)
-            # else a reader with nothing to read is looking again (a driver probe) and
-            # has not answered yet: still unavailable; the pending read settles it.
         except Exception as e:  # a reader bug must not stop the other collectors
             log.exception("collector %s: unexpected error", slot.reader.name)
             self._fail(slot, ErrorReason.INTERNAL, repr(e), start)

@@ -82,9 +82,9 @@ def build_parser() -> ServiceParser:
     for name, auto in COLLECTORS.items():
         p.add_argument(f"--collector.{name}", dest=f"collector_{name}",
                        action=argparse.BooleanOptionalAction, default=None,
-                       help=f"the {name} collector: --collector.{name} forces it on, "
-                            f"--no-collector.{name} leaves it out with all its series "
-                            f"(default: {auto})")
+                       help=f"the {name} collector: --collector.{name} forces it on"
+                            + ("" if name == "host" else f", --no-collector.{name} leaves it "
+                               "out with all its series") + f" (default: {auto})")
     add_common_flags(p, default_listen=DEFAULT_LISTEN, default_log_level="WARNING")
     return p
 
@@ -110,7 +110,8 @@ def parse(argv: Sequence[str] | None) -> Config:
     except ValueError as e:
         raise UsageError(f"--admission-*: {e}") from e
     if a.collector_host is False:
-        raise UsageError("--no-collector.host: the pool rules count an Instance as a member "
+        raise UsageError("--no-collector.host (or POOLSCOPE_COLLECTOR_HOST=false): the pool "
+                         "rules count an Instance as a member "
                          "and fresh by its host collector's health, so without it the "
                          "Instance would leave its pool")
     if a.collector_engine and not a.engine_metrics_url:

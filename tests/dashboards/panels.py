@@ -21,8 +21,11 @@ REPO = HERE.parent
 DASHBOARD_FILES = sorted(HERE.glob("*.json"))
 
 # The demo cluster's pools as Grafana expands a multi-value variable with
-# "All" selected, and one of its Instances.
+# "All" selected, and one of its Instances. The demo's one Prometheus adds no
+# region or cluster label, so those offer only "All", which sends `.*`.
 DEMO_VARIABLES = {
+    "region": ".*",
+    "cluster": ".*",
     "proxy_id": "pool-1|pool-2",
     "instance_id": "pool-1-inst-1",
     "__rate_interval": "1m",

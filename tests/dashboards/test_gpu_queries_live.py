@@ -66,11 +66,13 @@ def test_two_models_and_an_unhealthy_gpu_that_is_neither_used_nor_free(
     assert models == {"NVIDIA H100 80GB HBM3", "NVIDIA L40S"}
     [failing] = prom.wait_for("poolscope_gpu_healthy == 0", timeout=30)
     assert failing["metric"]["instance_id"] == "pool-1-inst-1"
-    # While it fails, its usage series are absent: not used, not free.
-    gpu = failing["metric"]["gpu"]
+    # While it fails, its usage series are absent: not used, not free (read at the
+    # moment it was seen failing, so the window passing cannot empty the answer).
+    gpu, at = failing["metric"]["gpu"], float(failing["value"][0])
     assert prom.query(f'poolscope_gpu_utilization_ratio{{instance_id="pool-1-inst-1",'
-                      f'gpu="{gpu}"}} and on () (poolscope_gpu_healthy{{instance_id='
-                      f'"pool-1-inst-1",gpu="{gpu}"}} == 0)') == []
+                      f'gpu="{gpu}"}}', at=at) == []
+    assert prom.query(f'poolscope_gpu_utilization_ratio{{instance_id="pool-1-inst-1",'
+                      f'gpu!="{gpu}"}}', at=at)  # the healthy ones are measured
     prom.wait_for('proxy_pool:gpus:count{proxy_id="pool-1",health="unhealthy"} >= 1',
                   timeout=30)
 

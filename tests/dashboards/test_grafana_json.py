@@ -89,7 +89,8 @@ def test_dashboard_imports_into_any_grafana(dashboard: dict[str, Any]) -> None:
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     pool = variables["proxy_id"]
-    assert pool["query"] == "label_values(proxy_pool:instances:count, proxy_id)"
+    where = 'region=~"$region",cluster=~"$cluster"'
+    assert pool["query"] == f"label_values(proxy_pool:instances:count{{{where}}}, proxy_id)"
     assert pool["multi"] is pool["includeAll"] is True
     assert pool["datasource"] == DATASOURCE
 
@@ -104,24 +105,94 @@ def test_instance_dashboard_selects_one_instance_of_the_chosen_pools() -> None:
 
 
 def test_no_datasource_uid_is_hard_coded(dashboard: dict[str, Any]) -> None:
-    refs = [(path, value) for path, key, value in walk(dashboard) if key == "datasource"]
+    # The built-in annotation reads Grafana's own store, which every Grafana has
+    # under that fixed name.
+    [built_in] = dashboard["annotations"]["list"]
+    assert built_in["datasource"] == {"type": "grafana", "uid": "-- Grafana --"}
+    refs = [(path, value) for path, key, value in walk(dashboard)
+            if key == "datasource" and not path.startswith(".annotations")]
     assert len(refs) > len(dashboard["panels"])  # panels and their targets
     assert all(value == DATASOURCE for _, value in refs), refs
     uids = [path for path, key, _ in walk(dashboard) if key == "uid" and path]
     assert all(path.endswith(".datasource") for path in uids), uids
 
 
+def test_export_envelope_names_what_the_dashboard_needs(dashboard: dict[str, Any]) -> None:
+    """What Grafana's "Export for sharing externally" writes, so that an import
+    says which plugins are missing before it shows broken panels."""
+    assert dashboard["__inputs"] == []  # the datasource is a variable, chosen after import
+    needed = {(r["type"], r["id"]) for r in dashboard["__requires"]}
+    kinds = {p["type"] for p in panels(dashboard)} - {"row"}
+    assert needed == {("grafana", "grafana"), ("datasource", "prometheus")} | {
+        ("panel", kind) for kind in kinds}
+    [built_in] = [a for a in dashboard["annotations"]["list"] if a.get("builtIn") == 1]
+    assert built_in["name"] == "Annotations & Alerts"
+
+
+def test_every_selector_can_be_narrowed_to_a_region_and_cluster(
+        dashboard: dict[str, Any]) -> None:
+    """The federated global Prometheus holds every region's pools: each
+    series a query selects must take the region and cluster chosen."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    for name in ("region", "cluster"):
+        assert variables[name]["multi"] is variables[name]["includeAll"] is True
+        assert variables[name]["allValue"] == ".*"  # matches series without the label
+    narrowed = [Query(dashboard["uid"], p["title"], t["refId"], t["expr"])
+                for p in panels(dashboard) for t in p.get("targets", [])]
+    narrowed += [q for q in variable_queries() if q.dashboard == dashboard["uid"]
+                 and q.panel not in ("$region", "$cluster")]
+    assert 'region=~"$region"' in variables["cluster"]["query"]
+    for query in narrowed:
+        for metric in query.metrics:
+            uses = re.findall(rf"(?<![\w:]){re.escape(metric)}(\{{[^}}]*\}})?", query.expr)
+            for matchers in uses:
+                assert 'region=~"$region"' in matchers, (query.id, metric)
+                assert 'cluster=~"$cluster"' in matchers, (query.id, metric)
+
+
+def test_no_axis_mixes_tokens_with_requests(dashboard: dict[str, Any]) -> None:
+    """Tokens/s run hundreds of times requests/s: on one axis the requests
+    line lies flat at 0."""
+    token_panels = 0
+    for p in panels(dashboard):
+        reads_tokens = {"tokens" in name for t in p.get("targets", [])
+                        for name in metric_names(t["expr"])}
+        assert len(reads_tokens) <= 1, f"{p['title']} mixes tokens with other series"
+        if reads_tokens == {True}:
+            token_panels += 1
+            assert p["fieldConfig"]["defaults"]["unit"].endswith("tokens/s"), p["title"]
+    assert token_panels == (dashboard["uid"] == "poolscope-instance")
+
+
+def test_detail_rows_are_collapsed_and_the_headline_is_not(dashboard: dict[str, Any]) -> None:
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    assert not rows[0]["collapsed"] and rows[0]["panels"] == []
+    collapsed = [r for r in rows if r["collapsed"]]
+    assert collapsed and all(r["panels"] for r in collapsed)
+
+
+def grids(dashboard: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+    """The panels that share one grid: the dashboard as it opens, and each
+    collapsed row's panels as the row opens (Grafana moves what follows down)."""
+    yield dashboard["panels"]
+    for row in dashboard["panels"]:
+        if row.get("collapsed"):
+            assert min(p["gridPos"]["y"] for p in row["panels"]) == row["gridPos"]["y"] + 1
+            yield row["panels"]
+
+
 def test_panels_fit_the_grid_without_overlap(dashboard: dict[str, Any]) -> None:
     all_panels = list(panels(dashboard))
     assert len({p["id"] for p in all_panels}) == len(all_panels)
-    cells: dict[tuple[int, int], str] = {}
-    for p in all_panels:
-        g = p["gridPos"]
-        assert g["x"] + g["w"] <= 24, p["title"]
-        for x in range(g["x"], g["x"] + g["w"]):
-            for y in range(g["y"], g["y"] + g["h"]):
-                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
-                cells[(x, y)] = p["title"]
+    for grid in grids(dashboard):
+        cells: dict[tuple[int, int], str] = {}
+        for p in grid:
+            g = p["gridPos"]
+            assert g["x"] + g["w"] <= 24, p["title"]
+            for x in range(g["x"], g["x"] + g["w"]):
+                for y in range(g["y"], g["y"] + g["h"]):
+                    assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                    cells[(x, y)] = p["title"]
 
 
 def test_every_panel_queries_something_and_says_why(dashboard: dict[str, Any]) -> None:

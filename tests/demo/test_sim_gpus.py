@@ -52,10 +52,12 @@ def rig() -> tuple[LoadFollowingNvml, Load, Clock, InstanceExporter]:
 
 
 async def test_utilisation_and_memory_follow_the_engine(rig) -> None:  # type: ignore[no-untyped-def]
-    _, load, clock, exporter = rig
+    nvml, load, _, exporter = rig
     try:
+        nvml.refresh()
         half = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
-        load.load, clock.now = EngineLoad(1.0, 0.9), clock.now + 1
+        load.load = EngineLoad(1.0, 0.9)
+        nvml.refresh()
         registry = await sampled(exporter)
         full = gpu_values(registry, "poolscope_gpu_utilization_ratio")
         assert set(full) == set(half) == {"0", "1", "2", "3"}
@@ -70,8 +72,9 @@ async def test_utilisation_and_memory_follow_the_engine(rig) -> None:  # type: i
 
 
 async def test_the_flaky_gpu_is_unhealthy_in_its_window_and_then_recovers(rig) -> None:  # type: ignore[no-untyped-def]
-    _, _, clock, exporter = rig
+    nvml, _, clock, exporter = rig
     try:
+        nvml.refresh()
         assert set(gpu_values(await sampled(exporter), "poolscope_gpu_healthy").values()) == {1.0}
         clock.now += 90.0 * 3 + 70  # in the last third of a period
         registry = await sampled(exporter)
@@ -88,10 +91,12 @@ async def test_the_flaky_gpu_is_unhealthy_in_its_window_and_then_recovers(rig) -
 
 
 async def test_an_engine_that_stops_answering_freezes_the_gpus_never_zeroes(rig) -> None:  # type: ignore[no-untyped-def]
-    _, load, clock, exporter = rig
+    nvml, load, _, exporter = rig
     try:
+        nvml.refresh()
         before = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
-        load.load, clock.now = None, clock.now + 5
+        load.load = None
+        nvml.refresh()
         after = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
         assert after == before and min(after.values()) > 0
     finally:
@@ -119,3 +124,15 @@ def test_two_models_with_distinct_uuids_per_instance() -> None:
     assert [g.name for g in gpus] == ["NVIDIA L40S", "NVIDIA L40S", "NVIDIA L4"]
     assert len({g.uuid for g in gpus + gpus_of(gpu_spec("NVIDIA L4:3"), "i-2")}) == 6
     assert gpus[2].total == 24 * 2**30
+
+
+@pytest.mark.parametrize(("flaky", "period"), [(4, 90.0), (-1, 90.0), (1, 0.0), (1, -6.0)])
+def test_a_flaky_gpu_that_cannot_be_is_refused(flaky: int, period: float) -> None:
+    with pytest.raises(ValueError):
+        LoadFollowingNvml(gpus_of(gpu_spec(f"{H100}:4"), "i-1"), Load(None), flaky=flaky,
+                          flaky_period_s=period)
+
+
+def test_a_page_cut_short_reads_as_no_load() -> None:
+    with serving(b"vllm:num_requests_running{engine=\"0\"} 3\nvllm:kv_cache_usage_perc{en") as url:
+        assert read_engine(url, max_running=8) is None

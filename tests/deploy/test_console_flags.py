@@ -61,7 +61,8 @@ BAD: dict[Callable[[str], Any], tuple[str, ...]] = {
                "http://host:0/"),
     parse_listen: ("nowhere", "127.0.0.1:0", "127.0.0.1:65536", "[::zz]:80"),
     telemetry_path: ("metrics", "/", "/a b", "//metrics", "/metrics?x=1", "/healthz",
-                     "/v1/resource/snapshot", "/debug/pool_resource"),
+                     "/v1/resource/snapshot", "/debug/pool_resource", "/./metrics",
+                     "/x/../healthz"),
     log_level: ("verbose", "", "5"),
     # Read when the command starts (the token, the TLS pair), not by argparse.
     Path: ("/nonexistent/poolscope-flag-test", "/"),

@@ -11,8 +11,13 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from poolscope.exporters.common import catalog
-from poolscope.exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
-from poolscope.exporters.common.sampling import SampleError, SamplingLoop
+from poolscope.exporters.common.health import (
+    ErrorReason,
+    HealthBoard,
+    HealthFamilies,
+    UnavailableReason,
+)
+from poolscope.exporters.common.sampling import SampleError, SamplingLoop, Unavailable
 from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.service.identity import Identity
 from tests.instance.conftest import MakeExporter, health
@@ -131,6 +136,28 @@ async def test_a_hung_read_times_out_and_is_waited_on_not_restarted() -> None:
     assert slot.value == 1.0 and reader.outcomes == [9]
     await loop.sample(slot)
     assert slot.value == 9.0
+
+
+async def test_a_look_again_that_hangs_past_freshness_is_a_failure_not_a_state() -> None:
+    """A driver probe that hangs briefly keeps the collector unavailable; one that
+    hangs past FRESH_S (nvmlInit on a wedged GPU) fails it, or the state would hide
+    the hang for ever."""
+    gate, clock = asyncio.Event(), Clock()
+    reader = ScriptedReader(Unavailable(UnavailableReason.DRIVER_NOT_LOADED, "no driver"), gate)
+    loop, registry = setup(reader, clock)
+    slot = loop.add(reader, timeout=0.01)
+    await loop.sample(slot)
+    assert slot.health.unavailable_reason is UnavailableReason.DRIVER_NOT_LOADED
+    await loop.sample(slot)  # the look again starts and hangs: still unavailable
+    clock.now += FRESH_S - 1
+    await loop.sample(slot)
+    assert slot.health.success is None and slot.health.unavailable_reason is not None
+    clock.now += 1
+    await loop.sample(slot)
+    assert slot.health.success is False and slot.health.last_reason is ErrorReason.TIMEOUT
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     {**health("scripted"), "reason": "timeout"}) == 1
+    gate.set()
 
 
 async def test_stop_abandons_a_hung_read() -> None:

@@ -120,3 +120,27 @@ async def test_web_config_headers_are_on_every_answer() -> None:
             assert response.headers["Strict-Transport-Security"] == "max-age=31536000"
     finally:
         await client.close()
+
+
+async def test_a_flood_of_new_passwords_is_refused_unchecked_past_the_queue(
+        both: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drive-by clients can hang up and free their slot while their check waits; past
+    a few waiting, a new password is refused unchecked, and a known one still passes."""
+    import time
+
+    from poolscope.service import auth
+
+    assert (await both.get("/metrics", headers=basic("prom", "s3cret"))).status == 200
+    calls = []
+    real = bcrypt.checkpw
+
+    def slow(*args: bytes) -> bool:
+        calls.append(args)
+        time.sleep(0.05)
+        return real(*args)
+
+    monkeypatch.setattr(bcrypt, "checkpw", slow)
+    flood = [both.get("/metrics", headers=basic("prom", f"guess-{i}")) for i in range(40)]
+    statuses = await asyncio.gather(*flood, both.get("/metrics", headers=basic("prom", "s3cret")))
+    assert [r.status for r in statuses] == [401] * 40 + [200]
+    assert len(calls) < 40 - auth.MAX_WAITING_CHECKS

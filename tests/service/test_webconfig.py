@@ -29,6 +29,16 @@ basic_auth_excluded_paths:
 """
 
 
+VALID_HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+
+
+def test_a_costly_hash_is_checked_without_paying_its_cost(tmp_path: Path) -> None:
+    """Cost 31 would take days per check; the start-up check tries the salt at cost 4."""
+    costly = VALID_HASH.replace("$04$", "$31$")
+    config = webconfig.load(write(tmp_path, {"basic_auth_users": {"alice": costly}}))
+    assert config.basic_users["alice"] == costly.encode()
+
+
 @pytest.fixture(scope="module")
 def pem(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return self_signed_certificate(tmp_path_factory.mktemp("tls"))
@@ -84,8 +94,13 @@ def test_a_bcrypt_hash_made_here_checks_its_password(tmp_path: Path) -> None:
     ({"http_server_config": {"http3": True}}, "http_server_config.http3"),
     ({"http_server_config": {"headers": {"Set-Cookie": "x"}}}, "headers"),
     ({"basic_auth_users": {"alice": "plaintext-password"}}, "not a bcrypt hash"),
-    # The pattern of a hash, but a cost bcrypt refuses: every check would fail.
-    ({"basic_auth_users": {"alice": "$2b$03$" + "a" * 53}}, "basic_auth_users.alice"),
+    # The pattern of a hash, but a cost bcrypt refuses, or a salt it cannot decode:
+    # every check would fail.
+    ({"basic_auth_users": {"alice": VALID_HASH.replace("$04$", "$03$")}},
+     "basic_auth_users.alice"),
+    ({"basic_auth_users": {"alice": VALID_HASH.replace("$04$", "$99$")}},
+     "basic_auth_users.alice"),
+    ({"basic_auth_users": {"alice": "$2b$10$" + "a" * 53}}, "basic_auth_users.alice"),
     ({"tls_server_config": {"cert_file": "CERT", "key_file": "KEY", "client_ca_file": "CERT"}},
      "client CAs are given but client_auth_type is NoClientCert"),
     ({"basic_auth_users": ["alice"]}, "basic_auth_users"),
