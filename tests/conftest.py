@@ -12,12 +12,13 @@ tools (Debian packages), so no test file has to remember to say so.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from deploy.demo.processes import ProcessGroup
+from deploy.demo.processes import PORT_RANGE_ENV, ProcessGroup
 from tests.support.chromium import chromium
 from tests.support.cluster import demo_cluster
 from tests.support.commands import command_process
@@ -38,6 +39,20 @@ def _needs_real_servers(item: pytest.Item) -> bool:
     module = getattr(item, "module", None)
     return module is not None and any(
         value is harness for value in vars(module).values() for harness in REAL_SERVERS)
+
+
+# Below the kernel's ephemeral ports (32768-60999 on Linux) and above the services'
+# defaults (docs/ports.md): each xdist worker picks the ports it hands to children
+# from its own block, so a port picked in one worker is never bound by another
+# before its child binds it (deploy.demo.processes.port_or_free).
+PORT_BLOCKS_FROM, PORT_BLOCK = 12000, 2000
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    low = PORT_BLOCKS_FROM + (index % 10) * PORT_BLOCK
+    os.environ.setdefault(PORT_RANGE_ENV, f"{low}-{low + PORT_BLOCK - 1}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -26,10 +26,29 @@ _HANDED_OUT: deque[int] = deque(maxlen=512)
 _TRIES = 100
 
 
+# POOLSCOPE_PORT_RANGE=LO-HI: pick free ports from LO..HI instead of asking the
+# kernel. A port handed to a child is free only until someone else binds it, and the
+# kernel hands its ephemeral ports to every process on the host (outgoing
+# connections included); processes given disjoint ranges below that range (the
+# test workers, tests/conftest.py) cannot take each other's.
+PORT_RANGE_ENV = "POOLSCOPE_PORT_RANGE"
+
+
+def _range_candidates() -> list[int]:
+    text = os.environ.get(PORT_RANGE_ENV, "")
+    if not text:
+        return [0] * _TRIES
+    low, _, high = text.partition("-")
+    ports = list(range(int(low), int(high) + 1))
+    # Start past the last one handed out, so a probe does not walk the same ports.
+    start = (_HANDED_OUT[-1] - ports[0] + 1) % len(ports) if _HANDED_OUT and ports else 0
+    return ports[start:] + ports[:start]
+
+
 def port_or_free(preferred: int, host: str = "127.0.0.1") -> int:
-    """`preferred` when it can be bound now, else a free port the kernel picks; never
-    one this process handed out a moment ago."""
-    for candidate in ([preferred] if preferred else []) + [0] * _TRIES:
+    """`preferred` when it can be bound now, else a free port (the kernel's pick, or
+    one of POOLSCOPE_PORT_RANGE); never one this process handed out a moment ago."""
+    for candidate in ([preferred] if preferred else []) + _range_candidates():
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
