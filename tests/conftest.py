@@ -49,10 +49,11 @@ PORT_BLOCKS_FROM, PORT_BLOCK = 12000, 2000
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    # xdist names the worker in its workerinput; PYTEST_XDIST_WORKER is not set yet here.
+    worker = str(getattr(config, "workerinput", {}).get("workerid", "gw0"))
     index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
     low = PORT_BLOCKS_FROM + (index % 10) * PORT_BLOCK
-    os.environ.setdefault(PORT_RANGE_ENV, f"{low}-{low + PORT_BLOCK - 1}")
+    os.environ[PORT_RANGE_ENV] = f"{low}-{low + PORT_BLOCK - 1}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
