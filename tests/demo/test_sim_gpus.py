@@ -5,6 +5,7 @@ them rather than zeroing them."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -42,65 +43,61 @@ def gpu_values(registry: CollectorRegistry, name: str) -> dict[str, float]:
             if s.name == name}
 
 
+Rig = tuple[LoadFollowingNvml, Load, Clock, InstanceExporter]
+
+
 @pytest.fixture
-def rig() -> tuple[LoadFollowingNvml, Load, Clock, InstanceExporter]:
+async def rig() -> AsyncIterator[Rig]:
+    """Four H100s following a scripted load, GPU 1 flaky; the exporter stopped after."""
     load, clock = Load(EngineLoad(0.5, 0.4)), Clock()
     nvml = LoadFollowingNvml(gpus_of(gpu_spec(f"{H100}:4"), "pool-1-inst-1"), load,
                              flaky=1, flaky_period_s=90.0, clock=clock)
     exporter = InstanceExporter(Settings("pool-1-inst-1", "pool-1"), nvml=nvml.module())
-    return nvml, load, clock, exporter
+    yield nvml, load, clock, exporter
+    await exporter.stop()
 
 
-async def test_utilisation_and_memory_follow_the_engine(rig) -> None:  # type: ignore[no-untyped-def]
+async def test_utilisation_and_memory_follow_the_engine(rig: Rig) -> None:
     nvml, load, _, exporter = rig
-    try:
-        nvml.refresh()
-        half = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
-        load.load = EngineLoad(1.0, 0.9)
-        nvml.refresh()
-        registry = await sampled(exporter)
-        full = gpu_values(registry, "poolscope_gpu_utilization_ratio")
-        assert set(full) == set(half) == {"0", "1", "2", "3"}
-        assert all(0.4 < half[g] < 0.55 < 0.85 < full[g] <= 1.0 for g in half)
-        used = gpu_values(registry, "poolscope_gpu_memory_used_bytes")
-        total = gpu_values(registry, "poolscope_gpu_memory_total_bytes")
-        assert all(0.35 < used[g] / total[g] < 1.0 for g in used)
-        assert registry.get_sample_value("poolscope_instance_gpus",
-                                         {**IDS, "gpu_model": H100, "health": "healthy"}) == 4
-    finally:
-        await exporter.stop()
+    nvml.refresh()
+    half = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
+    load.load = EngineLoad(1.0, 0.9)
+    nvml.refresh()
+    registry = await sampled(exporter)
+    full = gpu_values(registry, "poolscope_gpu_utilization_ratio")
+    assert set(full) == set(half) == {"0", "1", "2", "3"}
+    assert all(0.4 < half[g] < 0.55 < 0.85 < full[g] <= 1.0 for g in half)
+    used = gpu_values(registry, "poolscope_gpu_memory_used_bytes")
+    total = gpu_values(registry, "poolscope_gpu_memory_total_bytes")
+    assert all(0.35 < used[g] / total[g] < 1.0 for g in used)
+    assert registry.get_sample_value("poolscope_instance_gpus",
+                                     {**IDS, "gpu_model": H100, "health": "healthy"}) == 4
 
 
-async def test_the_flaky_gpu_is_unhealthy_in_its_window_and_then_recovers(rig) -> None:  # type: ignore[no-untyped-def]
+async def test_the_flaky_gpu_is_unhealthy_in_its_window_and_then_recovers(rig: Rig) -> None:
     nvml, _, clock, exporter = rig
-    try:
-        nvml.refresh()
-        assert set(gpu_values(await sampled(exporter), "poolscope_gpu_healthy").values()) == {1.0}
-        clock.now += 90.0 * 3 + 70  # in the last third of a period
-        registry = await sampled(exporter)
-        assert gpu_values(registry, "poolscope_gpu_healthy") == {
-            "0": 1.0, "1": 0.0, "2": 1.0, "3": 1.0}
-        assert "1" not in gpu_values(registry, "poolscope_gpu_utilization_ratio")
-        assert registry.get_sample_value("poolscope_instance_gpus",
-                                         {**IDS, "gpu_model": H100, "health": "unhealthy"}) == 1
-        clock.now += 30  # the next period's first third
-        registry = await sampled(exporter)
-        assert set(gpu_values(registry, "poolscope_gpu_healthy").values()) == {1.0}
-    finally:
-        await exporter.stop()
+    nvml.refresh()
+    assert set(gpu_values(await sampled(exporter), "poolscope_gpu_healthy").values()) == {1.0}
+    clock.now += 90.0 * 3 + 70  # in the last third of a period
+    registry = await sampled(exporter)
+    assert gpu_values(registry, "poolscope_gpu_healthy") == {
+        "0": 1.0, "1": 0.0, "2": 1.0, "3": 1.0}
+    assert "1" not in gpu_values(registry, "poolscope_gpu_utilization_ratio")
+    assert registry.get_sample_value("poolscope_instance_gpus",
+                                     {**IDS, "gpu_model": H100, "health": "unhealthy"}) == 1
+    clock.now += 30  # the next period's first third
+    registry = await sampled(exporter)
+    assert set(gpu_values(registry, "poolscope_gpu_healthy").values()) == {1.0}
 
 
-async def test_an_engine_that_stops_answering_freezes_the_gpus_never_zeroes(rig) -> None:  # type: ignore[no-untyped-def]
+async def test_an_engine_that_stops_answering_freezes_the_gpus_never_zeroes(rig: Rig) -> None:
     nvml, load, _, exporter = rig
-    try:
-        nvml.refresh()
-        before = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
-        load.load = None
-        nvml.refresh()
-        after = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
-        assert after == before and min(after.values()) > 0
-    finally:
-        await exporter.stop()
+    nvml.refresh()
+    before = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
+    load.load = None
+    nvml.refresh()
+    after = gpu_values(await sampled(exporter), "poolscope_gpu_utilization_ratio")
+    assert after == before and min(after.values()) > 0
 
 
 def test_the_engine_load_is_read_from_a_real_vllm_page() -> None:

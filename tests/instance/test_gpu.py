@@ -138,26 +138,17 @@ async def test_a_host_without_a_driver_says_so_once(make_exporter: MakeExporter,
             for r in said] == [(logging.INFO, True)]
 
 
-@pytest.mark.parametrize("code", [fakes.NVML_ERROR_NO_PERMISSION,
-                                  fakes.NVML_ERROR_LIB_RM_VERSION_MISMATCH],
-                         ids=["no-permission", "version-mismatch"])
-async def test_a_driver_nvml_refuses_is_a_failure(make_exporter: MakeExporter,
-                                                  code: int) -> None:
-    """The host has a driver, so most likely GPUs that nobody measures."""
-    exporter, registry = make_exporter(nvml=FakeNvml([], init_error=code))
-    await exporter.loop.sample_all()
-    await exporter.loop.sample_all()
-    assert gpu_series(registry) == set()
-    assert unavailable(registry) == {}
-    assert registry.get_sample_value("poolscope_collector_success", health("gpu")) == 0
-    assert registry.get_sample_value("poolscope_collector_errors_total",
-                                     health("gpu", reason="nvml_unavailable")) == 2
-
-
-async def test_gpus_asked_for_make_a_missing_driver_a_failure(
-        make_exporter: MakeExporter) -> None:
-    exporter, registry = make_exporter(
-        nvml=FakeNvml([], init_error=fakes.NVML_ERROR_LIBRARY_NOT_FOUND), gpu_collector=True)
+@pytest.mark.parametrize(("code", "gpu_collector"), [
+    # The host has a driver, so most likely GPUs that nobody measures.
+    (fakes.NVML_ERROR_NO_PERMISSION, None),
+    (fakes.NVML_ERROR_LIB_RM_VERSION_MISMATCH, None),
+    # No driver, but --collector.gpu says GPUs are expected.
+    (fakes.NVML_ERROR_LIBRARY_NOT_FOUND, True),
+], ids=["no-permission", "version-mismatch", "gpus-asked-for"])
+async def test_a_driver_nvml_refuses_or_gpus_asked_for_make_a_failure(
+        make_exporter: MakeExporter, code: int, gpu_collector: bool | None) -> None:
+    exporter, registry = make_exporter(nvml=FakeNvml([], init_error=code),
+                                       gpu_collector=gpu_collector)
     await exporter.loop.sample_all()
     await exporter.loop.sample_all()
     assert gpu_series(registry) == set()
