@@ -19,6 +19,7 @@ BENCHMARKS = (
     ("bench.bridge_load", "--clients", "200", "--duration", "30"),
     ("bench.exporter_scrape_load",),
     ("bench.propagation", "--samples", "20", "--backends", "single,federated,victoria"),
+    ("bench.status_page", "--pools", "1000"),
 )
 
 

@@ -44,6 +44,8 @@ class Settings:
 
 
 CACHE = web.AppKey("cache", SnapshotCache)
+# The backends, for routes that ask Prometheus more than the snapshot holds.
+API = web.AppKey("api", PrometheusAPI)
 METRICS = web.AppKey("metrics", BridgeMetrics)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
@@ -69,6 +71,7 @@ def bridge_app(settings: Settings, metrics: BridgeMetrics, registry: CollectorRe
             api = PrometheusAPI(settings.backends, session, settings.query_timeout_s,
                                 observer=metrics, max_answer_bytes=settings.max_answer_bytes,
                                 max_clock_skew_s=settings.max_clock_skew_s, clock=clock)
+            app[API] = api
             app[CACHE] = SnapshotCache(source_for(app, api), ttl_s=settings.cache_ttl_s,
                                        evaluation_interval_s=settings.evaluation_interval_s,
                                        stale_after_s=settings.stale_after_s,

@@ -110,7 +110,8 @@ _MEM = "poolscope_host_memory_used_bytes / _total_bytes (instance exporter, psut
 # GPUs (the per-GPU poolscope_gpu_* series are for drill-down, not for rules).
 _GPU_AVG = ("poolscope_instance_gpu_utilization_sum_ratio / "
             "poolscope_instance_gpus{health=\"healthy\"} (instance exporter, NVML: "
-            "each host's healthy GPUs summed per model), weighted per GPU")
+            "each host's healthy GPUs summed per model), weighted per GPU, over the models "
+            "whose use is measured (gpus.used)")
 _GPU_MAX = ("poolscope_instance_gpu_utilization_max_ratio (instance exporter, NVML: "
             "the busiest healthy GPU per model on each host)")
 _GPU_MEM = ("poolscope_instance_gpu_memory_used_bytes / "
@@ -150,8 +151,8 @@ FIELDS: tuple[Field, ...] = (
           _NO_MEMBERS + ", or its source has no per-member liveness (GIE's EPP)", Kind.COUNT,
           inputs=(Input.LIVENESS,), proxy_side=True),
     Field("instances.with_resource", "proxy_pool:instances_with_resource:count",
-          Classification.DERIVED, _HOST + f" <= {FRESH_S:g} s: members with a fresh host sample",
-          _NO_MEMBERS, Kind.COUNT),
+          Classification.DERIVED, _HOST + f" <= {FRESH_S:g} s: members with a fresh host sample, "
+          "but for those poolscope_proxy_instance_alive holds stale", _NO_MEMBERS, Kind.COUNT),
     Field("instances.missing_resource", "proxy_pool:instances_missing_resource:count",
           Classification.DERIVED, "alive members minus those with a fresh host sample "
           "(at least 0)", _NO_MEMBERS, Kind.COUNT),
@@ -293,6 +294,8 @@ _GPU_HEALTH = ("poolscope_instance_gpus{{health=\"{}\"}} (instance exporter, NVM
                "model whose reads {} in the last sample), the pool's members; a NaN count "
                "is on neither side")
 _NO_GPU_HEALTH = "the model is listed but its GPUs' health could not be read"
+# The exporter sums a model's healthy GPUs only, so a model whose GPUs all fail has no sums.
+_NO_HEALTHY_GPU = "no GPU of the model is healthy (every one failing its reads)"
 GPU_FIELDS: tuple[Field, ...] = (
     Field("gpus.healthy", "proxy_pool:gpus:count", Classification.DERIVED,
           _GPU_HEALTH.format("healthy", "all succeeded"), _NO_GPU_HEALTH, Kind.COUNT,
@@ -303,8 +306,13 @@ GPU_FIELDS: tuple[Field, ...] = (
     Field("gpus.memory_total_bytes", "proxy_pool:gpu_memory_total_bytes:sum",
           Classification.MEASURED,
           "poolscope_instance_gpu_memory_total_bytes (instance exporter, NVML: healthy "
-          "GPUs summed per model), the pool's members",
-          "no GPU of the model is healthy (every one failing its reads)"),
+          "GPUs summed per model), the pool's members", _NO_HEALTHY_GPU),
+    # Last: GpuCapacity takes its fields in this order, and fields are only ever appended.
+    Field("gpus.used", "proxy_pool:gpu_utilization:sum", Classification.DERIVED,
+          "poolscope_instance_gpu_utilization_sum_ratio (instance exporter, NVML: healthy "
+          "GPUs summed per model), the pool's members: busy GPU-equivalents, the healthy "
+          "GPUs' utilization summed; free = healthy - used", _NO_HEALTHY_GPU
+          + ", or a member's healthy GPUs of the model have no utilization reading"),
 )
 
 

@@ -1,8 +1,10 @@
-"""Instant queries against the Prometheus HTTP API, over an ordered list of backends.
+"""Instant and range queries against the Prometheus HTTP API, over an ordered list of
+backends.
 
-Anything that speaks `/api/v1/query` works (Prometheus, an HA pair of them,
-VictoriaMetrics, Thanos, Mimir). Backends are tried in the order given so that a
-healthy primary always answers; the next one is asked only when the previous failed.
+Anything that speaks `/api/v1/query` and `/api/v1/query_range` works (Prometheus, an
+HA pair of them, VictoriaMetrics, Thanos, Mimir). Backends are tried in the order given
+so that a healthy primary always answers; the next one is asked only when the previous
+failed.
 Every failure names its backend and a short cause, because "no data" in an operator's
 dashboard must be traceable to "which Prometheus, and why".
 """
@@ -13,11 +15,12 @@ import logging
 import time
 import urllib.parse
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import orjson
@@ -26,6 +29,8 @@ from poolscope.bridge.summary import Vector
 from poolscope.bridge.vector_layout import Layout
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Smaller answers are parsed in full every time: that is cheap, and a layout's memory
 # and cutting are not worth it.
@@ -85,6 +90,17 @@ class QueryResult:
     backend: str
 
 
+# One range series: its label set, and its (unix seconds, value) points in time order.
+Points = tuple[tuple[float, float], ...]
+RangeSeries = tuple[dict[str, str], Points]
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    series: tuple[RangeSeries, ...]
+    backend: str
+
+
 def redact(url: str) -> str:
     """The URL without user:password, so it can be logged and used as a label."""
     parts = urllib.parse.urlsplit(url)
@@ -97,7 +113,7 @@ def redact(url: str) -> str:
 
 
 class PrometheusAPI:
-    """Instant queries with an explicit evaluation time, first answering backend wins."""
+    """Queries with explicit evaluation times, first answering backend wins."""
 
     def __init__(self, backends: Sequence[str], session: aiohttp.ClientSession,
                  timeout_s: float, observer: QueryObserver | None = None, *,
@@ -118,36 +134,61 @@ class PrometheusAPI:
 
     async def query(self, promql: str, at: float) -> QueryResult:
         """Evaluate `promql` at `at` (unix seconds); raises AllBackendsFailed."""
-        errors: list[BackendError] = []
-        for url, name in zip(self._backends, self.names, strict=True):
-            started = time.perf_counter()
-            error: BackendError | None = None
-            try:
-                samples = await self._query_one(url, name, promql, at)
-            except BackendError as e:
-                error = e
-                errors.append(e)
-                log.warning("query %r at %s failed on %s", promql, at, e)
-                continue
-            finally:
-                if self._observer is not None:
-                    self._observer.observe_query(name, time.perf_counter() - started, error)
-            return QueryResult(samples, name)
-        raise AllBackendsFailed(errors)
-
-    async def samples(self, promql: str, at: float) -> Vector:
-        """`query` shaped as summary.InstantQuery, for queries.read_snapshot."""
-        return (await self.query(promql, at)).samples
-
-    async def _query_one(self, url: str, name: str, promql: str, at: float) -> Vector:
         # Prometheus keeps millisecond precision; sending exactly that keeps the
         # evaluation time we report identical to the one it used. VictoriaMetrics
         # answers a query near now as of `now - latencyOffset` yet labels it with the
         # time asked; `nocache=1` makes it evaluate at that time (Prometheus ignores it).
         params = {"query": promql, "time": f"{at:.3f}", "nocache": "1"}
+        samples, backend = await self._first(
+            "/api/v1/query", params, f"query {promql!r} at {at}",
+            lambda url, name, status, body: self._read(url, name, promql, status, body))
+        return QueryResult(samples, backend)
+
+    async def samples(self, promql: str, at: float) -> Vector:
+        """`query` shaped as summary.InstantQuery, for queries.read_snapshot."""
+        return (await self.query(promql, at)).samples
+
+    async def query_range(self, promql: str, start: float, end: float,
+                          step_s: float) -> RangeResult:
+        """Evaluate `promql` at every `step_s` from `start` to `end` (unix seconds);
+        raises AllBackendsFailed. Times keep `query`'s millisecond precision, and
+        `nocache=1` keeps VictoriaMetrics from moving start and end onto its cache's
+        grid: the points land on the times asked."""
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                  "step": f"{step_s:.3f}", "nocache": "1"}
+        series, backend = await self._first(
+            "/api/v1/query_range", params, f"range query {promql!r} from {start} to {end}",
+            lambda url, name, status, body: _parse_matrix(name, status, body))
+        return RangeResult(series, backend)
+
+    async def _first(self, path: str, params: dict[str, str], what: str,
+                     read: Callable[[str, str, int, bytes], T]) -> tuple[T, str]:
+        """The first backend's answer that `read` accepts, with that backend's name;
+        `read(url, name, status, body)` raises BackendError to try the next one."""
+        errors: list[BackendError] = []
+        for url, name in zip(self._backends, self.names, strict=True):
+            started = time.perf_counter()
+            error: BackendError | None = None
+            try:
+                status, body = await self._get(url, name, path, params)
+                answer = read(url, name, status, body)
+            except BackendError as e:
+                error = e
+                errors.append(e)
+                log.warning("%s failed on %s", what, e)
+                continue
+            finally:
+                if self._observer is not None:
+                    self._observer.observe_query(name, time.perf_counter() - started, error)
+            return answer, name
+        raise AllBackendsFailed(errors)
+
+    async def _get(self, url: str, name: str, path: str,
+                   params: dict[str, str]) -> tuple[int, bytes]:
+        """One backend's status and bounded body, from a clock that agrees with ours."""
         sent = self._clock()
         try:
-            async with self._session.get(f"{url}/api/v1/query", params=params,
+            async with self._session.get(f"{url}{path}", params=params,
                                          timeout=self._timeout) as resp:
                 body = await self._body(name, resp)
                 status = resp.status
@@ -158,7 +199,7 @@ class PrometheusAPI:
             raise BackendError(name, ErrorKind.CONNECT, str(e) or type(e).__name__) from e
         if date is not None and status == 200:  # an error answer is reported as one
             self._check_clock(name, date, sent, self._clock())
-        return self._read(url, name, promql, status, body)
+        return status, body
 
     async def _body(self, name: str, resp: aiohttp.ClientResponse) -> bytes:
         """The body, refused once it passes the bound: no answer can exhaust memory.
@@ -219,7 +260,17 @@ def _too_large(name: str, limit: int) -> BackendError:
 _METRIC, _VALUE, _TEXT = itemgetter("metric"), itemgetter("value"), itemgetter(1)
 
 
-def _parse(name: str, status: int, body: bytes) -> Vector:
+@contextmanager
+def _malformed(name: str) -> Iterator[None]:
+    """An answer whose shape is not the API's fails its backend, whatever broke."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise BackendError(name, ErrorKind.RESPONSE, f"malformed result: {e!r}") from e
+
+
+def _result(name: str, status: int, body: bytes, result_type: str) -> Any:
+    """The `result` of a successful answer of `result_type`, its warnings logged."""
     try:
         doc: Any = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -229,19 +280,32 @@ def _parse(name: str, status: int, body: bytes) -> Vector:
         error = doc.get("error", "") if isinstance(doc, dict) else ""
         kind = ErrorKind.API if error else ErrorKind.HTTP
         raise BackendError(name, kind, f"HTTP {status}: {error or str(doc)[:200]}")
-    try:
+    with _malformed(name):
         data = doc["data"]
-        if data["resultType"] != "vector":
+        if data["resultType"] != result_type:
             raise BackendError(name, ErrorKind.RESPONSE,
-                               f"expected a vector, got {data['resultType']}")
+                               f"expected a {result_type}, got {data['resultType']}")
         for warning in doc.get("warnings", ()):
             log.warning("%s: %s", name, warning)
+        return data["result"]
+
+
+def _parse(name: str, status: int, body: bytes) -> Vector:
+    result = _result(name, status, body, "vector")
+    with _malformed(name):
         # Whole-list maps run in C: no Python bytecode per series (34,000 at 1,000 pools).
-        result = data["result"]
         labels = list(map(_METRIC, result))
         values = array("d", map(float, map(_TEXT, map(_VALUE, result))))
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise BackendError(name, ErrorKind.RESPONSE, f"malformed result: {e!r}") from e
     if not set(map(type, labels)) <= {dict}:
         raise BackendError(name, ErrorKind.RESPONSE, "malformed result: a metric is no object")
     return Vector(labels, values)
+
+
+def _parse_matrix(name: str, status: int, body: bytes) -> tuple[RangeSeries, ...]:
+    result = _result(name, status, body, "matrix")
+    with _malformed(name):
+        series = tuple((item["metric"], tuple((float(t), float(v)) for t, v in item["values"]))
+                       for item in result)
+    if not all(isinstance(metric, dict) for metric, _ in series):
+        raise BackendError(name, ErrorKind.RESPONSE, "malformed result: a metric is no object")
+    return series

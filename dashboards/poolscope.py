@@ -7,9 +7,11 @@ disagree. Instance-level panels read the exporters' raw series
 
 Every selector also matches `region` and `cluster`, so one dashboard serves a
 single Prometheus and the federated global one (deploy/federation/: each
-region Prometheus adds its `region` as an external label; `cluster` is the
-label a multi-cluster setup adds the same way). "All" sends `.*`, which also
-matches a series without the label.
+region Prometheus sets both as external labels, which /federate attaches to
+every rollup). The Region variable lists the regions the global Prometheus
+holds, Cluster the clusters of the selected regions, and Pool the pools of
+those. "All" sends `.*`, which also matches a series without the label, as on
+a single Prometheus, which sets neither.
 """
 
 from __future__ import annotations

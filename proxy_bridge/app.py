@@ -23,16 +23,16 @@ from prometheus_client import CollectorRegistry
 
 from poolscope.bridge.app import Settings, bridge_app, freshness_headers, snapshot_or_error
 from poolscope.bridge.cache import Served, Source
+from poolscope.bridge.local_queries import LocalQueries, read_local
+from poolscope.bridge.local_view import LocalView
 from poolscope.bridge.promapi import PrometheusAPI
+from poolscope.bridge.promql import scoped, validate_proxy_id
 from poolscope.bridge.queries import read_snapshot, rollups_written_at
 from poolscope.bridge.sources import describe_sources
 from poolscope.bridge.summary import PoolSnapshot, Sample, encode_json
 from poolscope.proxy_bridge.diagnosis import null_reasons
 from poolscope.proxy_bridge.heartbeat import heartbeat_payload
-from poolscope.proxy_bridge.local import LocalView
-from poolscope.proxy_bridge.local_queries import LocalQueries, read_local
 from poolscope.proxy_bridge.metrics import ProxyBridgeMetrics
-from poolscope.proxy_bridge.promql import scoped, validate_proxy_id
 from poolscope.service.web import json_error
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
-"""The Scheduler bridge's HTTP face: every pool's summary, one pool's, their provenance
-and the status page, on the skeleton both bridges share (`poolscope.bridge.app`).
+"""The Scheduler bridge's HTTP face: every pool's summary, one pool's, their provenance,
+and for people the status pages and their drill-down, on the skeleton both bridges
+share (`poolscope.bridge.app`).
 """
 
 from __future__ import annotations

@@ -117,9 +117,10 @@ class SchedulerBridgeClient:
 
     async def snapshot(self) -> BridgeSnapshot:
         """Every pool at one instant; raises BridgeError when the bridge has none."""
-        return parse_snapshot(await self._get("/debug/proxy_pool_resources"))
+        return parse_snapshot(await self.get("/debug/proxy_pool_resources"))
 
-    async def _get(self, path: str) -> Any:
+    async def get(self, path: str) -> Any:
+        """The JSON document at `path`; raises BridgeError when the bridge refuses."""
         async with self._session.get(f"{self._url}{path}", headers=self._headers,
                                      timeout=self._timeout) as resp:
             body = await resp.json(content_type=None)

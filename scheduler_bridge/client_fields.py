@@ -92,3 +92,4 @@ class GpuCapacity:
     healthy: int | None = None
     unhealthy: int | None = None
     memory_total_bytes: float | None = None
+    used: float | None = None

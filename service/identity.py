@@ -19,8 +19,10 @@ from prometheus_client.core import Metric
 
 # Short, printable and never in need of quoting: safe as a URL path segment, a
 # label value, a PromQL string and a log field. Ids look like "hp_127.0.0.1:8001".
-ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
-ID_RULE = "1-128 of [A-Za-z0-9_.:-]"
+# Not dots alone: "." and ".." are path segments a URL resolves away, so a pool so
+# named could never be addressed in the bridges' routes.
+ID = re.compile(r"(?!\.+$)[A-Za-z0-9_.:\-]{1,128}")
+ID_RULE = "1-128 of [A-Za-z0-9_.:-], not dots alone"
 
 
 def valid_id(value: str) -> bool:

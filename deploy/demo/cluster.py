@@ -143,7 +143,7 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
             instance_id = f"{proxy_id}-inst-{i + 1}"
             engine_port, exporter_port = port_or_free(0), port_or_free(0)
             engine = group.start_python(
-                f"engine-{instance_id}", "deploy.demo.engine_sim",
+                engine_name(instance_id), "deploy.demo.engine_sim",
                 "--listen", f"127.0.0.1:{engine_port}", "--model", "demo-llama-8b",
                 "--max-running", str(MAX_RUNNING), "--max-waiting", "64",
                 "--register-url", proxy_url, "--instance-id", instance_id, "--capacity", "8",
@@ -156,7 +156,7 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
             simulated = (simulated_gpus(p, i, args.flaky_gpu_period) if args.simulate_gpus
                          else ())
             exporter = group.start_python(
-                f"exporter-{instance_id}",
+                exporter_name(instance_id),
                 *(("deploy.demo.gpu_exporter", *simulated, "--") if simulated
                   else ("poolscope.exporters.instance",)), *flags)
             exporter_url = f"http://127.0.0.1:{exporter_port}"
@@ -166,6 +166,16 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
     return pools
 
 
+def engine_name(instance_id: str) -> str:
+    """The child name (and log file stem) of an Instance's simulated engine."""
+    return f"engine-{instance_id}"
+
+
+def exporter_name(instance_id: str) -> str:
+    """The child name (and log file stem) of an Instance's exporter."""
+    return f"exporter-{instance_id}"
+
+
 @dataclass(frozen=True)
 class Cluster:
     workdir: Path
@@ -173,6 +183,16 @@ class Cluster:
     scheduler_bridge_url: str
     pools: tuple[Pool, ...]
     group: ProcessGroup
+
+    def crash_engine(self, instance_id: str) -> None:
+        """Kill one Instance's engine as a crash would: it never deregisters, so its
+        Proxy marks it stale once the heartbeats stop, while its exporter keeps serving."""
+        self.group.stop_child(engine_name(instance_id), crash=True)
+
+    def stop_exporter(self, instance_id: str) -> None:
+        """Stop one Instance's exporter: the Instance stays alive at its Proxy (its
+        engine still heartbeats) with no fresh resource data."""
+        self.group.stop_child(exporter_name(instance_id))
 
 
 @contextmanager

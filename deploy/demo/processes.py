@@ -88,6 +88,18 @@ class ProcessGroup:
     def start_python(self, name: str, module: str, *args: str) -> Child:
         return self.start(name, [sys.executable, "-m", module, *args])
 
+    def stop_child(self, name: str, *, crash: bool = False) -> None:
+        """Stop the one child started as `name`, so the rest can be watched without it:
+        SIGTERM and wait (it shuts down as told to: an engine deregisters first), or with
+        `crash` SIGKILL, as a crash would (an engine so killed never deregisters; its
+        Proxy only sees the heartbeats stop). KeyError when no child has that name."""
+        child = {c.name: c for c in self.children}[name]
+        if crash:
+            _signal_group(child.process, signal.SIGKILL)
+            child.process.wait()
+        else:
+            stop_group(child.process)
+
     def dead(self) -> list[Child]:
         return [c for c in self.children if c.process.poll() is not None]
 

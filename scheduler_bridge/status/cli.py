@@ -1,10 +1,13 @@
-"""`poolscope-status`: the fleet on one screen, read from the Scheduler bridge.
+"""`poolscope-status [POOL]`: the fleet on one screen, or one pool drilled into (its
+Instances, their GPUs, its last 15 minutes), read from the Scheduler bridge.
 
 It reads the bridge rather than Prometheus so that it shows exactly what the
-Scheduler is served, snapshot for snapshot. Exit codes: 0 shown, 1 the bridge could
-not be read (one line on stderr says why), 2 bad flags. Under `--watch` a failed read
-is shown in place of the screen and the next one is tried: a bridge restart should
-not end a watch, and Ctrl-C ends it with 0.
+Scheduler is served, snapshot for snapshot; a pool's Instances and trend are what the
+bridge's drill-down route read from Prometheus at that snapshot's time. Exit codes:
+0 shown, 1 the bridge could not be read or does not know POOL (one line on stderr says
+why), 2 bad flags. Under `--watch` a failed read is shown in place of the screen and
+the next one is tried: a bridge restart should not end a watch, and Ctrl-C ends it
+with 0.
 """
 
 from __future__ import annotations
@@ -19,18 +22,21 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+from urllib.parse import quote
 
 import aiohttp
 
 from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient
 from poolscope.scheduler_bridge.status.model import FleetView, build_view
-from poolscope.scheduler_bridge.status.text import Style, render_text
+from poolscope.scheduler_bridge.status.pool_view import PoolDetailView, build_pool_detail
+from poolscope.scheduler_bridge.status.text import Style, render_pool_text, render_text
 from poolscope.service import ports
 from poolscope.service.argtypes import (
     ServiceParser,
     UsageError,
     http_url,
+    identifier,
     positive_float,
     positive_int,
     refuse,
@@ -61,7 +67,10 @@ def watch_interval(text: str) -> float:
 def build_parser() -> ServiceParser:
     p = ServiceParser(
         prog=PROG, description="Every pool's load, Instances and GPU capacity on one screen, "
-                               "from the Scheduler bridge. '?' is unknown, never zero.")
+                               "or one pool's Instances, GPUs and last 15 minutes, from "
+                               "the Scheduler bridge. '?' is unknown, never zero.")
+    p.add_argument("pool", nargs="?", type=identifier, metavar="POOL",
+                   help="drill into this pool (its proxy_id)")
     p.add_argument("--bridge-url", type=http_url, default=DEFAULT_URL, metavar="URL",
                    help="Scheduler bridge base URL (default %(default)s)")
     p.add_argument("--auth-token-file", type=Path, metavar="F",
@@ -79,18 +88,27 @@ def build_parser() -> ServiceParser:
     return p
 
 
-async def read_view(client: SchedulerBridgeClient, url: str) -> FleetView:
+View = FleetView | PoolDetailView
+
+
+async def read_view(client: SchedulerBridgeClient, url: str, pool: str | None) -> View:
+    """The fleet, or POOL's drill-down; the fleet's trends are left out of the terminal
+    view, which has no room for them beside the bars."""
+    what = "pool snapshot" if pool is None else f"drill-down of pool {pool}"
     try:
-        return build_view(await client.snapshot())
+        if pool is None:
+            return build_view(await client.snapshot())
+        doc: Any = await client.get(f"/debug/pool_detail/{quote(pool, safe='')}")
+        return build_pool_detail(doc)
     except BridgeError as e:
         raise ReadFailed(f"bridge {url} answered {e}") from e
     except (aiohttp.ClientError, TimeoutError) as e:
         raise ReadFailed(f"bridge {url} unreachable: {e or type(e).__name__}") from e
-    except (ValueError, KeyError, TypeError) as e:
-        raise ReadFailed(f"bridge {url} sent no pool snapshot: {e!r}") from e
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ReadFailed(f"bridge {url} sent no {what}: {e!r}") from e
 
 
-def render(view: FleetView, as_json: bool, out: TextIO) -> str:
+def render(view: View, as_json: bool, out: TextIO) -> str:
     if as_json:
         return json.dumps(view.as_dict(), allow_nan=False)
     tty = out.isatty()
@@ -102,6 +120,8 @@ def render(view: FleetView, as_json: bool, out: TextIO) -> str:
         unicode = False
     style = Style(width=shutil.get_terminal_size().columns,
                   colour=tty and "NO_COLOR" not in os.environ, unicode=unicode)
+    if isinstance(view, PoolDetailView):
+        return render_pool_text(view, style)
     return render_text(view, style)
 
 
@@ -111,7 +131,7 @@ async def run(args: argparse.Namespace, token: str | None, out: TextIO) -> int:
                                        timeout_s=args.timeout)
         if args.watch is None:
             try:
-                view = await read_view(client, args.bridge_url)
+                view = await read_view(client, args.bridge_url, args.pool)
             except ReadFailed as e:
                 print(f"{PROG}: {e}", file=sys.stderr)
                 return 1
@@ -141,7 +161,8 @@ async def _redraw(client: SchedulerBridgeClient, args: argparse.Namespace, out: 
     shown = 0
     while not stopped.is_set():
         try:
-            frame, code = render(await read_view(client, args.bridge_url), args.json, out), 0
+            frame, code = render(await read_view(client, args.bridge_url, args.pool),
+                                 args.json, out), 0
         except ReadFailed as e:
             # The old screen goes: left up, it would pass for the current state.
             frame, code = "", 1

@@ -11,19 +11,24 @@ draw it. The view keeps the contract's distinctions rather than smoothing them o
 - Idle and idle-unknown Instances are separate numbers: an Instance with no dispatch
   since its Proxy started has no idle time, which is not a long one.
 
-GPU usage is shown per pool (its healthy GPUs of fresh Instances, from the pool's
-`utilization` rollups); per GPU model there is capacity only, because no rollup
-measures usage per model and splitting the pool's ratio by model would be a guess.
+Per GPU model, as capacity: total, used, free and unhealthy. "Used" is busy
+GPU-equivalents (the healthy GPUs' utilization summed, the `gpus.used` rollup), free
+is the healthy rest; unhealthy GPUs are in neither.
+
+Trends are one slot per step over the last 15 minutes (poolscope.bridge.trends); a
+slot with no point is None, drawn as a gap, never as 0.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from poolscope.bridge.trends import Trend, Trends
+from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.scheduler_bridge.client import BridgeSnapshot, GpuCapacity, PoolSummary
 
 UNKNOWN = "?"
@@ -34,19 +39,62 @@ LEGEND = {
     "missing": "alive, but no fresh resource data",
     "idle": "no dispatch for the idle threshold",
     "idle_unknown": "no dispatch since the Proxy started: unknown, not idle",
-    "gpus": "healthy GPUs only; unhealthy GPUs are neither used nor free",
+    "gpus": "used is busy GPU-equivalents (healthy GPUs' utilization summed), free the "
+            "healthy rest; unhealthy GPUs are neither used nor free",
+    "trend": "load and saturation over the last 15 minutes; a gap is no data, not 0",
+    "liveness": "from the Proxy's heartbeats while a Proxy-side exporter reports the pool, "
+                "else from the Instance exporter answering its scrapes; unregistered: "
+                "the Proxy does not route to it",
+    "resource": f"fresh while the host sample and its scrape are at most {FRESH_S:g} s old",
+    "instance_load": "what the Proxy has in flight on it (else the engine's running + "
+                     "waiting) against its capacity",
     "no_gpu_data": "no GPU series: no GPU, or its GPUs are not read",
 }
 
 
 @dataclass(frozen=True)
 class GpuModelView:
-    """Capacity of one GPU model; no usage, for want of a per-model usage rollup."""
+    """Capacity of one GPU model: healthy GPUs split into used and free."""
 
     model: str
     healthy: int | None
     unhealthy: int | None
     memory_total_bytes: float | None
+    used: float | None = None  # busy GPU-equivalents of the healthy GPUs
+
+    @property
+    def total(self) -> int | None:
+        return _add(self.healthy, self.unhealthy)
+
+    @property
+    def free(self) -> float | None:
+        """Healthy GPUs not busy; None when either side is unknown."""
+        if self.healthy is None or self.used is None:
+            return None
+        return max(self.healthy - self.used, 0.0)
+
+
+@dataclass(frozen=True)
+class TrendView:
+    """One pool's last 15 minutes: a slot per `step_s` from `start`, None where no point."""
+
+    start: float
+    step_s: float
+    load_ratio: tuple[float | None, ...]
+    saturation: tuple[float | None, ...]
+
+    @classmethod
+    def of(cls, trends: Trends, pool: Trend) -> TrendView:
+        return cls(trends.start, trends.step_s, pool.load_ratio, pool.saturation)
+
+    @property
+    def minutes(self) -> int:
+        return round(self.step_s * (len(self.load_ratio) - 1) / 60)
+
+    @property
+    def end(self) -> float:
+        """The newest slot's time: up to a step before the summary's."""
+        return self.start + self.step_s * (len(self.load_ratio) - 1)
 
 
 @dataclass(frozen=True)
@@ -67,6 +115,7 @@ class PoolView:
     gpu_util_ratio: float | None
     gpu_memory_used_ratio: float | None
     gpus: tuple[GpuModelView, ...] | None  # None: nothing is known of the pool's GPUs
+    trend: TrendView | None = None  # None: no trend was read (trend_error says why)
 
 
 @dataclass(frozen=True)
@@ -76,23 +125,31 @@ class FleetView:
     age_s: float | None  # None from a bridge that does not say: unknown, not fresh
     pools: tuple[PoolView, ...]
     gpu_models: tuple[GpuModelView, ...]  # fleet totals per model, over pools that list it
+    trend_error: str | None = None  # why the trends could not be read
 
     def age(self, digits: int = 1) -> str:
-        return "?" if self.age_s is None else f"{self.age_s:.{digits}f}s"
+        return age_text(self.age_s, digits)
 
     def as_dict(self) -> dict[str, Any]:
         """The view as JSON-ready data (`--json`): the same numbers the screen shows."""
         return asdict(self)
 
 
-def build_view(snapshot: BridgeSnapshot) -> FleetView:
-    pools = tuple(_pool(summary) for _, summary in sorted(snapshot.pools.items()))
+def build_view(snapshot: BridgeSnapshot, trends: Trends | None = None,
+               trend_error: str | None = None) -> FleetView:
+    """The fleet; `trends` (the fleet's, or None with `trend_error`) adds each pool's."""
+    by_pool: Mapping[str, Trend] = {} if trends is None else trends.pools
+    pools = tuple(
+        pool_view(summary, None if trends is None or pid not in by_pool
+                  else TrendView.of(trends, by_pool[pid]))
+        for pid, summary in sorted(snapshot.pools.items()))
     return FleetView(generated_at=snapshot.generated_at, stale=snapshot.stale,
                      age_s=snapshot.age_s, pools=pools,
-                     gpu_models=_fleet_gpus(pool.gpus or () for pool in pools))
+                     gpu_models=_fleet_gpus(pool.gpus or () for pool in pools),
+                     trend_error=trend_error)
 
 
-def _pool(s: PoolSummary) -> PoolView:
+def pool_view(s: PoolSummary, trend: TrendView | None = None) -> PoolView:
     util = s.utilization
     return PoolView(
         proxy_id=s.proxy_id,
@@ -110,11 +167,15 @@ def _pool(s: PoolSummary) -> PoolView:
         gpu_memory_used_ratio=util.gpu_mem_used_ratio,
         gpus=None if s.gpus is None else tuple(
             _gpu(model, cap) for model, cap in sorted(s.gpus.items())),
+        trend=trend,
     )
 
 
 def _gpu(model: str, cap: GpuCapacity) -> GpuModelView:
-    return GpuModelView(model, cap.healthy, cap.unhealthy, cap.memory_total_bytes)
+    # The rollup has no use for a model without a healthy GPU; none of them is busy,
+    # which is measured, so the fleet's sum for the model stays known.
+    used = 0.0 if cap.used is None and cap.healthy == 0 else cap.used
+    return GpuModelView(model, cap.healthy, cap.unhealthy, cap.memory_total_bytes, used)
 
 
 def _fleet_gpus(per_pool: Iterable[Iterable[GpuModelView]]) -> tuple[GpuModelView, ...]:
@@ -126,7 +187,8 @@ def _fleet_gpus(per_pool: Iterable[Iterable[GpuModelView]]) -> tuple[GpuModelVie
             totals[row.model] = row if seen is None else GpuModelView(
                 row.model, _add(seen.healthy, row.healthy),
                 _add(seen.unhealthy, row.unhealthy),
-                _add(seen.memory_total_bytes, row.memory_total_bytes))
+                _add(seen.memory_total_bytes, row.memory_total_bytes),
+                _add(seen.used, row.used))
     return tuple(totals[m] for m in sorted(totals))
 
 
@@ -139,6 +201,21 @@ def _add(a: _N | None, b: _N | None) -> _N | None:
 
 # --- formatting shared by every rendering -------------------------------------
 
+NO_TREND = "no point of either series in the window"
+
+
+def age_text(age_s: float | None, digits: int = 1) -> str:
+    """'1.5s'; '?' from a bridge that does not say (unknown, not fresh)."""
+    return UNKNOWN if age_s is None else f"{age_s:.{digits}f}s"
+
+
+def stale_banner(stale: bool, age_s: float | None) -> str | None:
+    """The warning above a view served from old rollups, or None when they are recent."""
+    if not stale:
+        return None
+    return ("STALE: the bridge has no recent rollups (Prometheus unreachable, or its rules "
+            f"behind); these numbers are {age_text(age_s, 0)} old")
+
 def percent(ratio: float | None) -> str:
     """'62%', or '?' for unknown (a NaN that slipped through is unknown too)."""
     if ratio is None or not math.isfinite(ratio):
@@ -146,8 +223,20 @@ def percent(ratio: float | None) -> str:
     return f"{ratio * PERCENT:.0f}%"
 
 
-def count(value: int | None) -> str:
-    return UNKNOWN if value is None else str(value)
+def count(value: float | None) -> str:
+    """A count; a fractional one (busy GPU-equivalents) to one decimal, two below 1 so
+    that a little use does not read as none."""
+    if value is None or not math.isfinite(value):
+        return UNKNOWN
+    if float(value).is_integer():
+        return f"{value:.0f}"
+    return f"{value:.2f}" if abs(value) < 1 else f"{value:.1f}"
+
+
+def seconds(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return UNKNOWN
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
 
 
 def state(value: str | None) -> str:
@@ -162,6 +251,11 @@ def gibibytes(value: float | None) -> str:
 
 def timestamp(unix_s: float) -> str:
     return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def clock_time(unix_s: float) -> str:
+    """'14:05:30Z': a time within the day a screen shows."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%H:%M:%SZ")
 
 
 def fill(ratio: float | None) -> float | None:

@@ -1,11 +1,9 @@
 """The fleet console page, served by Prometheus itself from dashboards/consoles,
-read as HTML and rendered by headless Chromium. Set
-POOLSCOPE_UPDATE_SCREENSHOTS=1 to refresh docs/screenshots/console-fleet.png."""
+read as HTML and rendered by headless Chromium. Its screenshots are taken with the
+status pages', in each state of tests/status/test_screenshots.py."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import urllib.request
 from pathlib import Path
 
@@ -14,15 +12,13 @@ import pytest
 from dashboards import CONSOLE_PATH
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.console_page import pool_rows
-from tests.dashboards.test_grafana_json import SCREENSHOT
-from tests.support.chromium import chromium, png_size
+from tests.support.chromium import chromium
 from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 
 NO_DATA = "no data"
 MEASURED_CELLS = ("load", "saturation", "qps", "queue", "instances", "quality", "admission")
-WINDOW = (1280, 300)
 
 
 def console_html(prom: Prometheus) -> str:
@@ -60,8 +56,3 @@ def test_console_renders_in_chromium(prom: Prometheus, tmp_path: Path) -> None:
     rows = pool_rows(chromium(tmp_path, "--dump-dom", url))
     assert rows.keys() == PROXY_IDS
     assert all(cells["gpu"] == NO_DATA for cells in rows.values())
-    shot = tmp_path / "console-fleet.png"
-    chromium(tmp_path, f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--screenshot={shot}", url)
-    assert png_size(shot) == WINDOW
-    if os.environ.get("POOLSCOPE_UPDATE_SCREENSHOTS") == "1":
-        shutil.copyfile(shot, SCREENSHOT)

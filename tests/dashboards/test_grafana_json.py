@@ -31,7 +31,7 @@ from tests.support.chromium import png_size
 
 BY_NAME = {path.stem: path for path in DASHBOARD_FILES}
 CONSOLE = REPO / "dashboards" / "consoles" / "poolscope.html"
-SCREENSHOT = REPO / "docs" / "screenshots" / "console-fleet.png"
+SCREENSHOT = REPO / "docs" / "screenshots" / "console-healthy.png"
 
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:

@@ -8,17 +8,18 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from poolscope.exporters.common import catalog as c
-from poolscope.proxy_bridge.local_queries import (
+from poolscope.bridge.local_queries import (
     FRESHNESS_RULE,
     NETWORK_RX_RULE,
     NETWORK_TX_RULE,
+    SEEN_RULE,
     LocalQueries,
 )
+from poolscope.exporters.common import catalog as c
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, series
 
 GiB = 2.0**30
-PER_INSTANCE = (FRESHNESS_RULE, NETWORK_RX_RULE, NETWORK_TX_RULE)
+PER_INSTANCE = (FRESHNESS_RULE, NETWORK_RX_RULE, NETWORK_TX_RULE, SEEN_RULE)
 
 
 @dataclass
@@ -27,14 +28,16 @@ class Inst:
 
     id: str
     alive: bool = True
-    exporter_up: bool = True
+    exporter_up: bool = True  # False: it answered within the member memory, not now
     idle_s: float | None = 12.0  # None: never dispatched
     gpus: int | None = 1  # None: NVML fails (GPUs asked for, or a driver NVML refuses)
+    unhealthy_gpus: int = 0  # the last ones of `gpus`: a read failed, so no usage series
     no_driver: str | None = None  # an UnavailableReason: no NVIDIA driver, not failing
     engine: str | None = "vllm"  # None: no engine collector; "down": unreachable
     proxy_capacity: float | None = 8.0
     learned_capacity: float | None = None
     cpu: float = 0.42
+    sample_age_s: float = 1.0  # the host sample's age when scraped
     recent_errors: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
@@ -75,7 +78,8 @@ def raw_series(pid: str, instances: list[Inst], proxy_up: bool = True,
 def _exporter(pid: str, i: Inst) -> list[Series]:
     if not i.exporter_up:
         return [series("up", pid, "0", None, job="poolscope-instance",
-                       instance=f"{i.id}:9100")]
+                       instance=f"{i.id}:9100"),
+                series(SEEN_RULE, pid, "1", None, instance_id=i.id)]
     ids = {"instance_id": i.id}
     out = [series("up", pid, "1", None, job="poolscope-instance", instance=f"{i.id}:9100"),
            series(c.HOST_CPU_UTILIZATION.name, pid, f"{i.cpu:g}", "psutil", **ids),
@@ -84,6 +88,9 @@ def _exporter(pid: str, i: Inst) -> list[Series]:
            series(FRESHNESS_RULE, pid, "1.25", None, **ids),
            series(NETWORK_RX_RULE, pid, "1250000", None, **ids),  # 10 Mbit/s
            series(NETWORK_TX_RULE, pid, "250000", None, **ids),  # 2 Mbit/s
+           series(SEEN_RULE, pid, "1", None, **ids),
+           series(c.COLLECTOR_SAMPLE_AGE.name, pid, f"{i.sample_age_s:g}", "exporter",
+                  collector="host", **ids),
            series(c.COLLECTOR_SUCCESS.name, pid, "1", "exporter", collector="host", **ids)]
     for state in c.ADMISSION_STATES:
         out.append(series(c.INSTANCE_ADMISSION_STATE.name, pid,
@@ -111,6 +118,9 @@ def _gpus(pid: str, i: Inst) -> list[Series]:
            series(c.GPU_DEVICES.name, pid, str(i.gpus), "nvml", **ids)]
     for g in range(i.gpus):
         gl = {"gpu": str(g), "gpu_uuid": f"GPU-{i.id}-{g}", "gpu_model": "H100", **ids}
+        if g >= i.gpus - i.unhealthy_gpus:
+            out.append(series(c.GPU_HEALTHY.name, pid, "0", "nvml", **gl))
+            continue
         out += [series(c.GPU_HEALTHY.name, pid, "1", "nvml", **gl),
                 series(c.GPU_UTILIZATION.name, pid, "0.9", "nvml", **gl),
                 series(c.GPU_MEMORY_USED.name, pid, str(20 * GiB), "nvml", **gl),

@@ -4,8 +4,8 @@ the Proxy-local series again."""
 
 from __future__ import annotations
 
+from poolscope.bridge.promql import scoped
 from poolscope.bridge.queries import EVALUATED_QUERY
-from poolscope.proxy_bridge.promql import scoped
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series

@@ -150,6 +150,18 @@ async def test_without_the_proxy_registration_is_unknown(canned: CannedPool,
     assert doc["instances"][0]["registered"] is None
 
 
+async def test_a_member_that_stopped_answering_is_listed_as_not_scraped(
+        canned: CannedPool, make_bridge: MakeBridge) -> None:
+    # No Proxy exporter: the pool's members are whoever declares it, and one whose
+    # exporter went silent within the member memory still counts, as stale.
+    doc = await _local(canned, make_bridge, [Inst("i-1"), Inst("i-2", exporter_up=False)],
+                       proxy_up=False)
+    by_id = {i["instance_id"]: i for i in doc["instances"]}
+    assert by_id.keys() == {"i-1", "i-2"}
+    assert by_id["i-1"]["host_scraped"] is True and by_id["i-2"]["host_scraped"] is False
+    assert by_id["i-2"]["cpu_percent"] is None
+
+
 async def test_few_queries_at_one_time_whatever_the_pool_size(
         canned: CannedPool, make_bridge: MakeBridge) -> None:
     doc = await _local(canned, make_bridge, [Inst(f"i-{k}") for k in range(12)])

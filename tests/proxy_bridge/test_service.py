@@ -10,12 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from poolscope.bridge.app import Settings
+from poolscope.bridge.local_queries import LocalQueries
+from poolscope.bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
 from poolscope.bridge.queries import EVALUATED_QUERY, snapshot_queries
 from poolscope.proxy_bridge.__main__ import build_parser, main
 from poolscope.proxy_bridge.app import create_app
-from poolscope.proxy_bridge.local_queries import LocalQueries
-from poolscope.proxy_bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
 from poolscope.service.auth import Access
+from poolscope.service.identity import ID
 from poolscope.service.web import Exposure
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
@@ -55,7 +56,7 @@ def test_any_text_stays_inside_its_string_literal(value: str) -> None:
     assert _unquote(string_literal(value)) == value
 
 
-@given(st.from_regex(r"[A-Za-z0-9_.:\-]{1,128}", fullmatch=True))
+@given(st.from_regex(ID, fullmatch=True))
 def test_a_valid_id_changes_nothing_but_the_matcher_value(proxy_id: str) -> None:
     """The queries for any valid id are the template's, with only the id substituted."""
     template = [*LocalQueries.for_pool("ID").all(),

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
+from poolscope.bridge.local_queries import LocalSamples
+from poolscope.bridge.local_view import LocalView
 from poolscope.exporters.common import catalog as c
 from poolscope.proxy_bridge import diagnosis
 from poolscope.proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
-from poolscope.proxy_bridge.local import LocalView
-from poolscope.proxy_bridge.local_queries import LocalSamples
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import pool_series, series

@@ -35,6 +35,7 @@ BAD_IDS = {
     "quote": 'x"y',
     "129-chars": "a" * 129,
     "empty": "",
+    "dots": "..",  # a path segment a URL resolves away
 }
 LONGEST = "hp_127.0.0.1:8001-a." + "a" * 108  # every character class, 128 in all
 

@@ -51,6 +51,21 @@ def write_targets(targets: Path, pools: Sequence[Pool]) -> None:
         (targets / kind / "loopback.json").write_text(json.dumps(entries, indent=1))
 
 
+def external_labels_of(config: Mapping[str, Any]) -> dict[str, str]:
+    """What a Prometheus config attaches to every series it federates."""
+    return dict(config["global"].get("external_labels", {}))
+
+
+def region_labels(region: str) -> dict[str, str]:
+    """region-prometheus.yml's external labels with region and cluster this simulated
+    region's own: every label an operator's region sets reaches the global Prometheus,
+    and one cluster per region makes the dashboards' Cluster filter separate pools as
+    their Region filter does."""
+    deployed = external_labels_of(
+        yaml.safe_load((FEDERATION / "region-prometheus.yml").read_text()))
+    return {**deployed, "region": region, "cluster": f"{region}-cluster"}
+
+
 def render(source: Path, dest: Path, targets: Path, interval: float,
            external_labels: Mapping[str, str] | None = None) -> Path:
     """`source` with its intervals, target globs and rule files made loopback-local."""
@@ -101,13 +116,15 @@ def federation(workdir: Path, regions: Mapping[str, Sequence[Pool]],
             home = _mkdir(workdir / region)
             write_targets(home / "targets", pools)
             config = render(FEDERATION / "region-prometheus.yml", home / "prometheus.yml",
-                            home / "targets", interval, {"region": region})
+                            home / "targets", interval, region_labels(region))
             urls[region], children[region] = start_prometheus(
                 group, f"prometheus-{region}", config, home / "data")
         home = _mkdir(workdir / "global")
         _mkdir(home / "targets" / "regions")
+        # As targets/regions/example.json: each target labelled as its region labels
+        # its series, so that `up` names the region and cluster that went dark.
         (home / "targets" / "regions" / "loopback.json").write_text(json.dumps(
-            [{"targets": [url.removeprefix("http://")], "labels": {"region": region}}
+            [{"targets": [url.removeprefix("http://")], "labels": region_labels(region)}
              for region, url in urls.items()]))
         config = render(FEDERATION / "global-prometheus.yml", home / "prometheus.yml",
                         home / "targets", interval)

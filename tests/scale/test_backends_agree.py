@@ -11,15 +11,19 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from deploy.demo.cluster import Cluster
 from deploy.demo.processes import stop_group
 from tests.scale.stacks import (
+    FEDERATION,
     LOOKBACK_INTERVALS,
     Federation,
+    external_labels_of,
     federation,
     scheduler_bridge,
     victoria_metrics,
@@ -85,18 +89,37 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stacks]:
         yield Stacks(cluster, fed, bridges, started)
 
 
-def test_global_prometheus_holds_only_region_labelled_pool_rollups(stacks: Stacks) -> None:
+def running_labels(url: str, workdir: Path) -> dict[str, str]:
+    """The external labels a region Prometheus runs with: what it attaches to what it
+    federates, whatever file the stack rendered for it."""
+    config = Prometheus(url, workdir)._get("/api/v1/status/config", {})["yaml"]
+    return external_labels_of(yaml.safe_load(config))
+
+
+def test_global_prometheus_holds_only_place_labelled_pool_rollups(stacks: Stacks) -> None:
     glob = Prometheus(stacks.federation.global_url, stacks.cluster.workdir)
     # Everything the federation job stored, less what Prometheus records about the scrape.
     names = {s["metric"]["__name__"] for s in glob.query(
         '{job="poolscope-federate",__name__!~"up|scrape_.+"}')}
     assert names and all(n.startswith("proxy_pool:") for n in names), names
+    # Each region runs with every label the deployed region file sets, region and
+    # cluster its own: the dashboards' Region and Cluster variables filter on them.
+    deployed = set(external_labels_of(yaml.safe_load(
+        (FEDERATION / "region-prometheus.yml").read_text())))
+    places = {region: running_labels(url, stacks.cluster.workdir)
+              for region, url in stacks.federation.region_urls.items()}
+    assert all(set(labels) == deployed and labels["region"] == region
+               for region, labels in places.items()), places
+    assert len({labels["cluster"] for labels in places.values()}) == len(places), places
     # Polled: a federated sample is up to an evaluation plus a federation scrape old,
     # against a global lookback of a few intervals; one late scrape hides a region.
-    eventually(lambda: {(s["metric"]["proxy_id"], s["metric"]["region"])
+    home = {"pool-1": "region-a", "pool-2": "region-b"}
+    eventually(lambda: {(s["metric"]["proxy_id"], s["metric"]["region"],
+                         s["metric"].get("cluster"))
                         for s in glob.query('{__name__=~"proxy_pool:.+"}')},
-               lambda r: r == {("pool-1", "region-a"), ("pool-2", "region-b")}, 15,
-               "each pool's rollups under its own region")
+               lambda r: r == {(pool, region, places[region]["cluster"])
+                               for pool, region in home.items()}, 15,
+               "each pool's rollups under its own region and cluster")
     # The global one runs no rules: every rollup it holds came from a region.
     assert glob._get("/api/v1/rules", {})["groups"] == []
 

@@ -4,6 +4,7 @@ Prometheus that federates nothing but the pool rollups."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from tests.dashboards.panels import DASHBOARD_FILES, variable_queries
+from tests.dashboards.panels import load as load_dashboard
 from tests.scale.stacks import FEDERATION, VICTORIA, rehost, vm_flags
 from tests.support.prometheus import REPO, binary
 
@@ -37,11 +40,38 @@ def test_exporter_jobs_are_the_single_prometheus_ones(path: Path) -> None:
         assert scaled[name] == single[name], name
 
 
-def test_region_runs_the_rules_and_names_its_region() -> None:
+def place_labels() -> set[str]:
+    """The labels the dashboards' place variables list: those whose "All" sends `.*`,
+    because a single Prometheus has no such label and only federation adds it
+    (dashboards/grafana.py, query_variable)."""
+    place = {(path.stem, f"${v['name']}") for path in DASHBOARD_FILES
+             for v in load_dashboard(path)["templating"]["list"] if v.get("allValue") == ".*"}
+    return {q.ref for q in variable_queries() if (q.dashboard, q.panel) in place}
+
+
+def test_region_runs_the_rules_as_the_single_prometheus_does() -> None:
     config = load(FEDERATION / "region-prometheus.yml")
     assert config["rule_files"] == load(SINGLE)["rule_files"]
-    assert config["global"]["external_labels"]["region"]
     assert config["global"]["evaluation_interval"] == load(SINGLE)["global"]["evaluation_interval"]
+
+
+def test_region_labels_its_series_with_what_the_dashboards_filter_on() -> None:
+    # A label the dashboards list that no region sets leaves that variable empty; one a
+    # region sets that no dashboard lists cannot be filtered on.
+    labels = load(FEDERATION / "region-prometheus.yml")["global"]["external_labels"]
+    assert {"region", "cluster"} <= set(labels)
+    assert set(labels) == place_labels()
+    assert all(isinstance(v, str) and v for v in labels.values()), labels
+
+
+def test_global_targets_name_each_region_by_its_external_labels() -> None:
+    # So that `up{job="poolscope-federate"}` names the region and cluster that went dark.
+    labels = set(load(FEDERATION / "region-prometheus.yml")["global"]["external_labels"])
+    files = sorted((FEDERATION / "targets" / "regions").glob("*.json"))
+    assert files
+    for path in files:
+        for entry in json.loads(path.read_text()):
+            assert set(entry["labels"]) == labels, (path.name, entry)
 
 
 def test_global_federates_only_pool_rollups_and_runs_no_rules() -> None:

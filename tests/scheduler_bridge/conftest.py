@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
@@ -68,3 +69,29 @@ async def make_bridge(clock: FakeClock) -> AsyncIterator[MakeBridge]:
     yield make
     for client in clients:
         await client.close()
+
+
+Serve = Callable[[bytes, int], Awaitable[str]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start a backend answering every /api/v1/query and /api/v1/query_range with
+    `body` and `status`, whatever was asked."""
+    servers: list[TestServer] = []
+
+    async def start(body: bytes, status: int = 200) -> str:
+        async def answer(request: web.Request) -> web.Response:
+            return web.Response(body=body, status=status, content_type="application/json")
+
+        app = web.Application()
+        for path in ("/api/v1/query", "/api/v1/query_range"):
+            app.router.add_get(path, answer)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()

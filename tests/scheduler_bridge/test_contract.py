@@ -60,8 +60,13 @@ def test_gpu_capacity_mirrors_the_gpu_field_table() -> None:
     entry = pool_summary_schema()["properties"]["gpus"]["additionalProperties"]
     assert list(entry["properties"]) == keys
     parsed = client.parse_pool({"schema_version": 1, "proxy_id": "a", "generated_at": 1.0,
-                                "gpus": {"m": dict(zip(keys, (1, 0, 2.0), strict=True))}})
-    assert parsed.gpus == {"m": client.GpuCapacity(1, 0, 2.0)}
+                                "gpus": {"m": dict(zip(keys, (1, 0, 2.0, 0.75), strict=True))}})
+    assert parsed.gpus == {"m": client.GpuCapacity(1, 0, 2.0, 0.75)}
+    # An older bridge's model entry without `used`: not measured, never 0 busy.
+    older = {"healthy": 1, "unhealthy": 0, "memory_total_bytes": 2.0}
+    parsed = client.parse_pool({"schema_version": 1, "proxy_id": "a", "generated_at": 1.0,
+                                "gpus": {"m": older}})
+    assert parsed.gpus == {"m": client.GpuCapacity(1, 0, 2.0, used=None)}
     # An older bridge without the field: unknown, not "no GPU".
     assert client.parse_pool({"schema_version": 1, "proxy_id": "a",
                               "generated_at": 1.0}).gpus is None

@@ -17,12 +17,12 @@ from jsonschema import Draft202012Validator, ValidationError
 
 from poolscope.bridge import contract, fields
 from poolscope.bridge.fields import Classification, Field, Input, Kind
+from poolscope.bridge.local_view import LocalView
+from poolscope.bridge.pool_series import PoolSeries
 from poolscope.bridge.schema import POOL_SUMMARY
 from poolscope.bridge.summary import build_summaries, parse_value
 from poolscope.exporters.common import catalog as c
 from poolscope.proxy_bridge import diagnosis
-from poolscope.proxy_bridge.local import LocalView
-from poolscope.proxy_bridge.series import PoolSeries
 from poolscope.scheduler_bridge import client
 from tests.proxy_bridge.pool_data import Inst, raw_series
 from tests.scheduler_bridge.canned import Series, pool_series

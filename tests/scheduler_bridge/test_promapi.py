@@ -4,7 +4,7 @@ next backend is asked, and values keep NaN for the summary to turn into null."""
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -14,8 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from poolscope.bridge.promapi import AllBackendsFailed, ErrorKind, PrometheusAPI
-
-Serve = Callable[[bytes, int], Awaitable[str]]
+from tests.scheduler_bridge.conftest import Serve
 
 GOOD = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"__name__": "proxy_pool:instances:count", "proxy_id": "a"},
@@ -31,25 +30,6 @@ def _with_result(result: object) -> bytes:
                                                        "result": result}})
 
 
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    """Start a backend answering every /api/v1/query with `body` and `status`."""
-    servers: list[TestServer] = []
-
-    async def start(body: bytes, status: int = 200) -> str:
-        async def query(request: web.Request) -> web.Response:
-            return web.Response(body=body, status=status, content_type="application/json")
-
-        app = web.Application()
-        app.router.add_get("/api/v1/query", query)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
-
-    yield start
-    for server in servers:
-        await server.close()
 
 
 async def test_values_are_parsed_and_non_finite_ones_read_as_none(serve: Serve) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,9 @@ from prometheus_client import CollectorRegistry
 
 from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.app import create_app
-from tests.scheduler_bridge.canned import CannedPrometheus, Series
+from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
+from tests.scheduler_bridge.canned import Series
+from tests.status.fleet import Matrix
 
 
 @dataclass
@@ -18,7 +21,7 @@ class StatusBridge:
     """The Scheduler bridge with /status, over a canned Prometheus, on a real port."""
 
     http: TestClient[Any, Any]
-    prometheus: CannedPrometheus
+    prometheus: CannedPool
 
     @property
     def url(self) -> str:
@@ -30,11 +33,20 @@ MakeBridge = Callable[..., Awaitable[StatusBridge]]
 
 @pytest.fixture
 async def make_bridge() -> AsyncIterator[MakeBridge]:
-    """A bridge serving `vector`, /status included."""
-    started: list[tuple[CannedPrometheus, TestClient[Any, Any]]] = []
+    """A bridge serving `vector`, /status included; `local` gives pools Instances
+    (their raw series, and answers to the drill-down's queries), `matrix` trends."""
+    started: list[tuple[CannedPool, TestClient[Any, Any]]] = []
 
-    async def make(vector: list[Series], **settings: Any) -> StatusBridge:
-        prom = await CannedPrometheus(vector=vector).start()
+    async def make(vector: list[Series], *, local: Mapping[str, list[Inst]] | None = None,
+                   matrix: Matrix | None = None, **settings: Any) -> StatusBridge:
+        local = local or {}
+        raw = [s for pid, instances in local.items() for s in raw_series(pid, instances)]
+        # Dated by the real clock, as a Prometheus is: the drill-down asks about the
+        # snapshot's time, which the cache's TTL leaves behind now.
+        prom = CannedPool(vector=[*vector, *raw], matrix=list(matrix or []), clock=time.time)
+        for pid, instances in local.items():
+            prom.set_local(pid, instances)
+        await prom.start()
         settings.setdefault("cache_ttl_s", 60.0)  # every request shares one snapshot
         app = create_app(Settings(backends=(prom.url,), **settings),
                          registry=CollectorRegistry())

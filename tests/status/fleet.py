@@ -3,11 +3,16 @@ built from fields.py so that a field rename cannot leave the tests feeding nothi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from poolscope.bridge.fields import FIELDS, GPU_FIELDS, Field, Kind
 from poolscope.bridge.summary import build_summaries, parse_value
-from tests.scheduler_bridge.canned import Series, series
+from poolscope.bridge.trends import LOAD_RATIO_ROLLUP, SATURATION_ROLLUP, TREND_STEP_S
+from tests.proxy_bridge.pool_data import Inst
+from tests.scheduler_bridge.canned import RangeSeries, Series, series
+
+Matrix = list[RangeSeries]
 
 GIB = 2**30
 H100 = "NVIDIA H100 80GB HBM3"
@@ -27,15 +32,16 @@ def field_series(proxy_id: str, path: str, value: str, **labels: str) -> Series:
 
 
 def gpu_series(proxy_id: str, model: str, healthy: str | None, unhealthy: str | None,
-               memory_bytes: str | None) -> list[Series]:
+               memory_bytes: str | None, used: str | None = None) -> list[Series]:
+    """One model's capacity series; a None value is a rollup the rules did not write."""
     values = {"gpus.healthy": healthy, "gpus.unhealthy": unhealthy,
-              "gpus.memory_total_bytes": memory_bytes}
+              "gpus.memory_total_bytes": memory_bytes, "gpus.used": used}
     return [field_series(proxy_id, path, v, gpu_model=model)
             for path, v in values.items() if v is not None]
 
 
 def busy_pool(proxy_id: str = "prefill-h100") -> list[Series]:
-    """Every pool field measured, 8 healthy and 1 unhealthy H100."""
+    """Every pool field measured, 8 healthy H100 (3.5 of them busy) and 1 unhealthy."""
     values = {
         "instances.total": "5", "instances.alive": "4", "instances.stale": "1",
         "instances.missing_resource": "0", "instances.with_resource": "4",
@@ -45,7 +51,7 @@ def busy_pool(proxy_id: str = "prefill-h100") -> list[Series]:
         "health.pool_admission_state": "accepting",
     }
     return [*(field_series(proxy_id, p, v) for p, v in values.items()),
-            *gpu_series(proxy_id, H100, "8", "1", str(8 * 80 * GIB))]
+            *gpu_series(proxy_id, H100, "8", "1", str(8 * 80 * GIB), used="3.5")]
 
 
 def blind_pool(proxy_id: str = "decode-cpu") -> list[Series]:
@@ -65,3 +71,34 @@ def hostile_pool() -> list[Series]:
 def summaries(vector: list[Series], at: float = 1_700_000_000.0) -> dict[str, dict[str, Any]]:
     """What the bridge serves for `vector`, without a bridge."""
     return build_summaries([(m, parse_value(v)) for m, v in vector], at)
+
+
+def trend_matrix(proxy_id: str, now: float, load: Callable[[int], float | None],
+                 saturation: Callable[[int], float | None]) -> Matrix:
+    """Both trend rollups of a pool: a point every step over the 20 minutes up to a
+    step past `now`, its value a function of the steps back from there (None: none)."""
+    steps = int(20 * 60 / TREND_STEP_S)
+    end = (now // TREND_STEP_S + 1) * TREND_STEP_S
+    out: Matrix = []
+    for rollup, value in ((LOAD_RATIO_ROLLUP, load), (SATURATION_ROLLUP, saturation)):
+        points = [(end - k * TREND_STEP_S, f"{v:g}") for k in range(steps, -1, -1)
+                  if (v := value(k)) is not None]
+        out.append(({"__name__": rollup, "proxy_id": proxy_id, "source": "derived"}, points))
+    return out
+
+
+DRILLED = "prefill-h100"
+
+
+def drilled_instances() -> list[Inst]:
+    """One pool in every per-Instance state: GPUs with one unhealthy, plain, stale at
+    the Proxy, and alive with its exporter gone (missing resource data)."""
+    return [Inst("h100-a", gpus=4, unhealthy_gpus=1), Inst("h100-b", gpus=4),
+            Inst("h100-c", alive=False, gpus=4), Inst("h100-d", exporter_up=False)]
+
+
+def drilled_trend(now: float) -> Matrix:
+    """Load rising to 70% with a minute of no data 4 minutes ago; saturation flat 35%."""
+    return trend_matrix(DRILLED, now,
+                        lambda k: None if 16 <= k < 20 else 0.7 - max(k - 3, 0) / 100,
+                        lambda k: 0.35)

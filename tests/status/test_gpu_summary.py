@@ -1,4 +1,4 @@
-"""GPU capacity per model in the pool summary: from its two rollups, null when unknown,
+"""GPU capacity per model in the pool summary: from its rollups, null when unknown,
 and a bad series nulls its value and is counted rather than guessed around."""
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from tests.status.fleet import GIB, H100, blind_pool, busy_pool, gpu_series, sum
 def test_capacity_per_model_with_unhealthy_counted_apart() -> None:
     vector = [*busy_pool("p"), *gpu_series("p", "A10", "2", "0", None)]
     gpus = summaries(vector)["p"]["gpus"]
-    assert gpus == {"A10": {"healthy": 2, "unhealthy": 0, "memory_total_bytes": None},
-                    H100: {"healthy": 8, "unhealthy": 1, "memory_total_bytes": 640.0 * GIB}}
+    assert gpus == {"A10": {"healthy": 2, "unhealthy": 0, "memory_total_bytes": None,
+                            "used": None},
+                    H100: {"healthy": 8, "unhealthy": 1, "memory_total_bytes": 640.0 * GIB,
+                           "used": 3.5}}
     assert list(gpus) == sorted(gpus)
 
 
@@ -29,7 +31,18 @@ def test_no_gpu_series_is_null_never_an_empty_object() -> None:
 
 def test_a_nan_count_lists_the_model_with_a_null() -> None:
     gpus = summaries(gpu_series("p", H100, "NaN", "0", None))["p"]["gpus"]
-    assert gpus == {H100: {"healthy": None, "unhealthy": 0, "memory_total_bytes": None}}
+    assert gpus == {H100: {"healthy": None, "unhealthy": 0, "memory_total_bytes": None,
+                           "used": None}}
+
+
+@pytest.mark.parametrize(("used", "expected"), [("0.75", 0.75), ("0", 0.0), ("NaN", None),
+                                                (None, None)])
+def test_used_is_the_busy_gpu_equivalents_or_null(used: str | None,
+                                                   expected: float | None) -> None:
+    """A measured 0 is idle GPUs; no rollup (no healthy GPU) or a NaN is unknown, not 0."""
+    gpus = summaries(gpu_series("p", H100, "2", "1", str(160 * GIB), used))["p"]["gpus"]
+    assert gpus[H100]["used"] == expected
+    assert gpus[H100]["healthy"] == 2 and gpus[H100]["unhealthy"] == 1
 
 
 @pytest.mark.parametrize(("vector", "reason"), [

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from poolscope.scheduler_bridge.status.text import HATCH, Style, bar, render_text
+from poolscope.scheduler_bridge.status.model import GpuModelView
+from poolscope.scheduler_bridge.status.text import HATCH, Style, bar, capacity_bar, render_text
 from tests.status.fleet import H100, blind_pool, busy_pool
 from tests.status.test_view import view_of
 
@@ -53,14 +54,30 @@ def test_gpus_show_capacity_with_unhealthy_apart() -> None:
     text = render_text(view_of([*busy_pool("busy"), *blind_pool("blind")]), PLAIN)
     _, gpu_line = lines_of(text, "busy ")
     assert "42%" in gpu_line and "30%" in gpu_line
-    assert re.search(rf"{re.escape(H100)}\s+8\s+1\s+640 GiB$", gpu_line)
+    assert re.search(rf"{re.escape(H100)}\s+8\s+1\s+3\.5\s+4\.5\s+640 GiB$", gpu_line)
     assert lines_of(text, "blind ")[1].endswith("no GPU data")
-    assert re.search(rf"^FLEET\s+{re.escape(H100)}\s+8\s+1\s+640 GiB", text, re.MULTILINE)
+    # The fleet per model: total 9 = 3.5 used + 4.5 free + 1 unhealthy, in neither.
+    fleet = line_of(text, H100)
+    assert re.search(r"\s9\s+3\.5\s+4\.5\s+1\s+640 GiB$", fleet), fleet
+    capacity = fleet.removeprefix(H100).split()[0]
+    assert capacity.startswith("█") and "░" in capacity and capacity.endswith("\u2573")
+    assert HATCH not in capacity
+
+
+@pytest.mark.parametrize("unicode", [True, False])
+def test_the_capacity_bar_splits_used_free_and_unhealthy(unicode: bool) -> None:
+    used, free, sick = ("█", "░", "\u2573") if unicode else ("#", "-", "x")
+    assert capacity_bar(GpuModelView("m", 3, 1, None, 1.0), 8, unicode) == (
+        used * 2 + free * 4 + sick * 2)
+    # Use unknown: the healthy part is hatched, never drawn as free.
+    hatch = HATCH if unicode else "/"
+    assert capacity_bar(GpuModelView("m", 3, 1, None, None), 8, unicode) == hatch * 6 + sick * 2
+    assert capacity_bar(GpuModelView("m", None, 1, None, 1.0), 8, unicode) == hatch * 8
 
 
 def test_without_any_gpu_data_one_line_says_so() -> None:
     text = render_text(view_of(blind_pool("blind")), PLAIN)
-    assert "GPUs: no pool has GPU data" in text and "FLEET" not in text
+    assert "GPUs: no pool has GPU data" in text and "CAPACITY" not in text
 
 
 def test_bars_follow_the_terminal_width() -> None:

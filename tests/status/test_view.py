@@ -22,7 +22,8 @@ def test_a_measured_pool() -> None:
     assert pool.gpu_util_ratio is not None and abs(pool.gpu_util_ratio - 0.42) < 1e-12
     assert pool.gpu_memory_used_ratio == 0.3
     assert pool.admission_state == "accepting"
-    assert pool.gpus == (GpuModelView(H100, 8, 1, 640.0 * GIB),)
+    assert pool.gpus == (GpuModelView(H100, 8, 1, 640.0 * GIB, 3.5),)
+    assert (pool.gpus[0].total, pool.gpus[0].free) == (9, 4.5)
 
 
 def test_unknown_stays_unknown() -> None:
@@ -40,11 +41,12 @@ def test_idle_and_idle_unknown_are_kept_apart() -> None:
 
 
 def test_fleet_gpu_totals_sum_per_model_and_an_unknown_part_is_unknown() -> None:
-    vector = [*busy_pool("a"), *gpu_series("b", H100, "2", "3", None),
+    vector = [*busy_pool("a"), *gpu_series("b", H100, "2", "3", None, used="1.5"),
               *gpu_series("b", "A10", "1", "0", str(24 * GIB)), *blind_pool("c")]
     view = view_of(vector)
     assert view.gpu_models == (GpuModelView("A10", 1, 0, 24.0 * GIB),
-                               GpuModelView(H100, 10, 4, None))
+                               GpuModelView(H100, 10, 4, None, 5.0))
+    assert view.gpu_models[1].free == 5.0 and view.gpu_models[0].free is None
 
 
 def test_json_is_the_same_view_as_data() -> None:
@@ -54,4 +56,11 @@ def test_json_is_the_same_view_as_data() -> None:
     assert [p["proxy_id"] for p in doc["pools"]] == ["a", "b"]
     assert doc["pools"][1]["load_ratio"] is None and doc["pools"][1]["gpus"] is None
     assert doc["pools"][0]["gpus"] == [{"model": H100, "healthy": 8, "unhealthy": 1,
-                                        "memory_total_bytes": 640.0 * GIB}]
+                                        "memory_total_bytes": 640.0 * GIB, "used": 3.5}]
+
+
+def test_a_model_with_no_healthy_gpu_uses_none_of_them() -> None:
+    # Every H100 of pool b fails its reads: no `used` rollup, yet none is busy.
+    view = view_of([*busy_pool("a"), *gpu_series("b", H100, "0", "2", None)])
+    (fleet,) = view.gpu_models
+    assert (fleet.healthy, fleet.unhealthy, fleet.used, fleet.free) == (8, 3, 3.5, 4.5)

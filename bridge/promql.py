@@ -1,11 +1,12 @@
 """The one place a proxy_id enters PromQL.
 
-Unlike the Scheduler bridge, where a proxy_id is only ever a dict key, this bridge
-puts its own pool's id into label matchers. An id that could close the string
-literal (`a",__name__=~".+`) would turn "this pool" into "every series", so the id
-is checked against the id charset every service shares (poolscope.service.identity)
-when the process starts AND escaped as a PromQL string literal every time it is
-used: either guard alone keeps a hostile id out of the query's structure.
+The Proxy bridge puts its own pool's id into label matchers, and the Scheduler
+bridge's status pages put the id of the pool a person drills into. An id that could
+close the string literal (`a",__name__=~".+`) would turn "this pool" into "every
+series", so the id is checked against the id charset every service shares
+(poolscope.service.identity) before it is used (at start-up, or on the request) AND
+escaped as a PromQL string literal every time: either guard alone keeps a hostile id
+out of the query's structure.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Four queries, whatever the pool's size: one selector for every raw series the view
 reads, the per-Instance figures the rules no longer record (a host sample's age with
-the scrape's, network rates: computed here for one pool, under names of their own),
+the scrape's, network rates, whether the host answered lately: computed here for one
+pool, under names of their own),
 the queues' mean wait (a ratio of rates, which no selector can express), and the
 collector error reasons that grew recently (which say why a collector is failing
 *now*, not what it once failed on). Every one is confined to this pool with the
@@ -16,9 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from poolscope.bridge.promql import pool_matcher
 from poolscope.bridge.summary import InstantQuery, Sample
 from poolscope.exporters.common import catalog as c
-from poolscope.proxy_bridge.promql import pool_matcher
+from poolscope.exporters.common.thresholds import MEMBER_MEMORY
 
 UP = "up"
 # Per-Instance figures computed by the per_instance query, named as recording rules
@@ -27,6 +29,9 @@ UP = "up"
 FRESHNESS_RULE = "instance:resource_freshness_seconds:max"
 NETWORK_RX_RULE = "instance:network_receive_bytes:rate1m"
 NETWORK_TX_RULE = "instance:network_transmit_bytes:rate1m"
+# Present for an Instance whose host collector answered within the member memory: a
+# pool without a Proxy exporter counts such a member stale, so it is listed as one.
+SEEN_RULE = f"instance:host_collector_success:last_over_time{MEMBER_MEMORY}"
 
 RAW_FAMILIES: tuple[c.Family, ...] = (
     c.PROXY_INSTANCE_REGISTERED, c.PROXY_INSTANCE_ALIVE, c.PROXY_INSTANCE_HEARTBEAT_AGE,
@@ -38,7 +43,7 @@ RAW_FAMILIES: tuple[c.Family, ...] = (
     c.GPU_DEVICES, c.GPU_HEALTHY, c.GPU_UTILIZATION, c.GPU_MEMORY_USED, c.GPU_MEMORY_TOTAL,
     c.ENGINE_REQUESTS_RUNNING, c.ENGINE_REQUESTS_WAITING, c.ENGINE_KV_CACHE_USAGE,
     c.INSTANCE_CAPACITY, c.INSTANCE_ADMISSION_STATE,
-    c.COLLECTOR_SUCCESS, c.COLLECTOR_ERRORS, c.COLLECTOR_UNAVAILABLE,
+    c.COLLECTOR_SUCCESS, c.COLLECTOR_ERRORS, c.COLLECTOR_UNAVAILABLE, c.COLLECTOR_SAMPLE_AGE,
 )
 RAW_NAMES: tuple[str, ...] = (*(f.name for f in RAW_FAMILIES), UP)
 # Names go into a regex unescaped (as in bridge/queries.py).
@@ -59,6 +64,7 @@ def _named(name: str, expr: str) -> str:
 
 def _per_instance(pool: str) -> str:
     age = f'{c.COLLECTOR_SAMPLE_AGE.name}{{collector="host",{pool}}}'
+    success = f'{c.COLLECTOR_SUCCESS.name}{{collector="host",{pool}}}'
     by = "max by (proxy_id, instance_id)"
     # A rate is kept only while its window has a sample within 8 s of each end, as
     # in the pool rollups: after a gap in scrapes rate() extrapolates a mostly
@@ -71,6 +77,7 @@ def _per_instance(pool: str) -> str:
         _named(FRESHNESS_RULE, f"{by} (({age} >= 0) + (time() - timestamp({age})))"),
         _named(NETWORK_RX_RULE, rate.format(rx)),
         _named(NETWORK_TX_RULE, rate.format(tx)),
+        _named(SEEN_RULE, f"{by} (last_over_time({success}[{MEMBER_MEMORY}]))"),
     ))
 
 

@@ -1,5 +1,6 @@
-"""`/debug/pool_resource?detail=local`: the per-Instance and per-queue view that stays
-at the Proxy (the Scheduler gets the summary, never this: docs/design.md).
+"""One pool's per-Instance and per-queue view, for people: the Proxy bridge serves it
+as `/debug/pool_resource?detail=local`, the Scheduler bridge's status pages drill down
+with it. The Scheduler's summary never carries it (docs/design.md).
 
 Everything comes from one evaluation time, so an Instance's freshness, liveness and
 load cannot disagree with each other. Every value is a measurement or null: an
@@ -15,17 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from poolscope.bridge.fields import BYTES_PER_S_TO_MBPS, PERCENT
-from poolscope.bridge.summary import SCHEMA_VERSION, Sample
-from poolscope.exporters.common import catalog as c
-from poolscope.proxy_bridge.local_queries import (
+from poolscope.bridge.local_queries import (
     FRESHNESS_RULE,
     NETWORK_RX_RULE,
     NETWORK_TX_RULE,
     RECENT_ERRORS_WINDOW,
+    SEEN_RULE,
     UP,
     LocalSamples,
 )
-from poolscope.proxy_bridge.series import PoolSeries, label_of, matching, one
+from poolscope.bridge.pool_series import PoolSeries, label_of, matching, one
+from poolscope.bridge.summary import SCHEMA_VERSION, Sample
+from poolscope.exporters.common import catalog as c
 
 COLLECTORS = ("host", "gpu", "engine")  # the Instance exporter's readers (exporters/instance)
 GATEWAY_COLLECTOR = "gateway"  # the gateway adapter's reader (exporters/proxy/gateway.py)
@@ -92,7 +94,7 @@ class LocalView:
             "proxy_id": self.proxy_id,
             "generated_at": self.evaluated_at,
             "detail": "local",
-            "proxy": {"reporting": self.proxy_reporting,
+            "proxy": {"reporting": self.proxy_reporting, "gateway": self.gateway,
                       "collector_success": _flag(one(
                           self.series.pool.get(c.PROXY_COLLECTOR_SUCCESS.name, []))),
                       "scrape_targets": self.targets()},
@@ -108,6 +110,7 @@ class LocalView:
 
         registered = get(c.PROXY_INSTANCE_REGISTERED.name)
         idle = get(c.PROXY_INSTANCE_IDLE.name)
+        host = matching(s.get(c.COLLECTOR_SUCCESS.name, []), collector="host")
         return {
             "instance_id": instance_id,
             # Not in the Proxy's registry is a fact only while the Proxy reports it.
@@ -115,6 +118,12 @@ class LocalView:
                            else (False if self.proxy_reporting else None)),
             "alive": _flag(get(c.PROXY_INSTANCE_ALIVE.name)),
             "heartbeat_age_s": get(c.PROXY_INSTANCE_HEARTBEAT_AGE.name),
+            # Its exporter answers Prometheus now; false: it did within the member
+            # memory and no longer does (how a pool without a Proxy exporter goes stale).
+            "host_scraped": (True if host
+                             else False if get(SEEN_RULE) is not None else None),
+            # The age the pool's with_resource count compares with its threshold.
+            "host_sample_age_s": get(c.COLLECTOR_SAMPLE_AGE.name, collector="host"),
             "resource_freshness_s": get(FRESHNESS_RULE),
             "cpu_percent": _scaled(get(c.HOST_CPU_UTILIZATION.name), PERCENT),
             "memory_used_ratio": _ratio(get(c.HOST_MEMORY_USED.name),
