@@ -75,10 +75,11 @@ def summaries(vector: list[Series], at: float = 1_700_000_000.0) -> dict[str, di
 
 def trend_matrix(proxy_id: str, now: float, load: Callable[[int], float | None],
                  saturation: Callable[[int], float | None]) -> Matrix:
-    """Both trend rollups of a pool: a point every step over the 20 minutes up to a
-    step past `now`, its value a function of the steps back from there (None: none)."""
+    """Both trend rollups of a pool: a point every step over the 20 minutes up to three
+    steps past `now` (a bridge slow to start still finds its newest slots), its value a
+    function of the steps back from there (None: none)."""
     steps = int(20 * 60 / TREND_STEP_S)
-    end = (now // TREND_STEP_S + 1) * TREND_STEP_S
+    end = (now // TREND_STEP_S + 3) * TREND_STEP_S
     out: Matrix = []
     for rollup, value in ((LOAD_RATIO_ROLLUP, load), (SATURATION_ROLLUP, saturation)):
         points = [(end - k * TREND_STEP_S, f"{v:g}") for k in range(steps, -1, -1)
@@ -100,5 +101,5 @@ def drilled_instances() -> list[Inst]:
 def drilled_trend(now: float) -> Matrix:
     """Load rising to 70% with a minute of no data 4 minutes ago; saturation flat 35%."""
     return trend_matrix(DRILLED, now,
-                        lambda k: None if 16 <= k < 20 else 0.7 - max(k - 3, 0) / 100,
+                        lambda k: None if 18 <= k < 22 else 0.7 - max(k - 5, 0) / 100,
                         lambda k: 0.35)
