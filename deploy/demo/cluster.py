@@ -278,7 +278,9 @@ def print_urls(cluster: Cluster) -> None:
         f"--bridge-url {sched_url})",
     ]
     for pool in cluster.pools:
-        lines.append(f"  {pool.proxy_id:<17} proxy bridge {pool.bridge_url}/debug/pool_resource"
+        lines.append(f"  {pool.proxy_id:<17} status {sched_url}/status/pools/{pool.proxy_id}  "
+                     f"(or: .venv/bin/poolscope-status --bridge-url {sched_url} {pool.proxy_id})")
+        lines.append(f"  {'':<17} proxy bridge {pool.bridge_url}/debug/pool_resource"
                      "[?detail=local]")
         lines.append(f"  {'':<17} {pool.bridge_url}/debug/pool_resource_sources")
         lines.append(f"  {'':<17} proxy {pool.proxy_url}/metrics")
