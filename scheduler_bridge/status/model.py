@@ -73,6 +73,17 @@ class GpuModelView:
             return None
         return max(self.healthy - self.used, 0.0)
 
+    def shares(self) -> tuple[float | None, float | None, float] | None:
+        """Used, free and unhealthy as fractions of the total, for the bars; None
+        without a total, used and free None while the use is unknown."""
+        if self.healthy is None or self.unhealthy is None or self.healthy + self.unhealthy <= 0:
+            return None
+        total = self.healthy + self.unhealthy
+        free = self.free
+        if self.used is None or free is None:
+            return None, None, self.unhealthy / total
+        return self.used / total, free / total, self.unhealthy / total
+
 
 @dataclass(frozen=True)
 class TrendView:

@@ -238,16 +238,16 @@ def _capacity_cells(g: GpuModelView) -> str:
 def capacity_bar(g: GpuModelView) -> str:
     """Used, free and unhealthy GPUs as shares of the model's total; unknown parts
     hatched grey (used unknown) or the whole bar hatched (no total)."""
-    total = g.total
-    if total is None or total <= 0:
+    shares = g.shares()
+    if shares is None:
         return "<span class='bar unknown' title=unknown></span>"
-    spans = []
-    if g.used is None:
-        spans.append(("used-unknown", (g.healthy or 0) / total, "used unknown"))
+    used, free, sick = shares
+    if used is None or free is None:
+        spans = [("used-unknown", 1.0 - sick, "used unknown")]
     else:
-        spans += [(level(g.used / g.healthy if g.healthy else None), g.used / total, "used"),
-                  ("free", (g.free or 0.0) / total, "free")]
-    spans.append(("sick", (g.unhealthy or 0) / total, "unhealthy"))
+        busy = None if not g.healthy or g.used is None else g.used / g.healthy
+        spans = [(level(busy), used, "used"), ("free", free, "free")]
+    spans.append(("sick", sick, "unhealthy"))
     inner = "".join(f"<span class='{cls}' title='{title}' style='width:{share * 100:.1f}%'>"
                     f"</span>" for cls, share, title in spans if share > 0)
     return f"<span class='bar gpus'>{inner}</span>"

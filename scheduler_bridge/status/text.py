@@ -144,14 +144,16 @@ _CAPACITY_MARKS = {True: ("█", "░", "\u2573"), False: ("#", "-", "x")}
 def capacity_bar(g: GpuModelView, width: int, unicode: bool) -> str:
     """`width` characters split into used, free and unhealthy GPUs of the total; the
     healthy part hatched when its use is unknown, the whole bar when the total is."""
-    total = g.total
-    if total is None or total <= 0:
-        return (HATCH if unicode else "/") * width
+    hatch = HATCH if unicode else "/"
+    shares = g.shares()
+    if shares is None:
+        return hatch * width
     used_c, free_c, sick_c = _CAPACITY_MARKS[unicode]
-    sick = round((g.unhealthy or 0) / total * width)
-    if g.used is None or g.healthy is None:
-        return (HATCH if unicode else "/") * (width - sick) + sick_c * sick
-    used = min(round(g.used / total * width), width - sick)
+    used_share, _, sick_share = shares
+    sick = round(sick_share * width)
+    if used_share is None:
+        return hatch * (width - sick) + sick_c * sick
+    used = min(round(used_share * width), width - sick)
     return used_c * used + free_c * (width - used - sick) + sick_c * sick
 
 

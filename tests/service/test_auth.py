@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from collections.abc import AsyncIterator
 
 import bcrypt
@@ -11,6 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from poolscope.service import auth
 from poolscope.service.auth import OPEN_PATHS, Access
 from poolscope.service.web import guarded
 
@@ -126,10 +128,6 @@ async def test_a_flood_of_new_passwords_is_refused_unchecked_past_the_queue(
         both: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """Drive-by clients can hang up and free their slot while their check waits; past
     a few waiting, a new password is refused unchecked, and a known one still passes."""
-    import time
-
-    from poolscope.service import auth
-
     assert (await both.get("/metrics", headers=basic("prom", "s3cret"))).status == 200
     calls = []
     real = bcrypt.checkpw

@@ -204,8 +204,8 @@ async def test_the_trend_breaks_at_the_gap_and_hatches_it(make_bridge: MakeBridg
     assert [g["data-series"] for g in gaps] == ["load"]
     assert gaps[0]["fill"] == "url(#unknown-hatch)"
     # The gap is drawn where the line is not: no point of either line falls inside it.
-    left = float(gaps[0]["x"] or 0)
-    right = left + float(gaps[0]["width"] or 0)
+    left = float(str(gaps[0]["x"]))
+    right = left + float(str(gaps[0]["width"]))
     xs = [float(p.split(",")[0]) for a in lines for p in (a["points"] or "").split()]
     assert not any(left < x < right for x in xs)
 

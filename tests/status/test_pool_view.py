@@ -80,7 +80,8 @@ def test_behind_a_gateway_an_exporter_row_is_judged_by_its_scrapes() -> None:
 def test_resource_data_is_fresh_up_to_the_threshold(age: float | None, resource: str) -> None:
     # The sample's own age, as the pool's with_resource count compares it: a sample
     # 12 s old scraped 4 s ago is fresh there, so it is here.
-    view = one(instance(host_sample_age_s=age, resource_freshness_s=(age or 0) + 4))
+    view = one(instance(host_sample_age_s=age,
+                        resource_freshness_s=None if age is None else age + 4))
     assert view.resource == resource
 
 
