@@ -206,6 +206,18 @@ FIELDS: tuple[Field, ...] = (
           Classification.MEASURED,
           "poolscope_engine_requests_waiting (instance exporter, engine /metrics)",
           "no engine of the pool can be read", group="load", inputs=(Input.ENGINE,)),
+    # Appended to schema_version 1, last of `load` (Load takes its fields in this order):
+    # when inflight_total was measured, so a Scheduler can correct it for its own requests
+    # dispatched since. A timestamp of a load field, not a load measurement, so in no
+    # quality group; it exists exactly when inflight_total does (the rule's `and`).
+    Field("load.inflight_sampled_at", "proxy_pool:inflight_requests:timestamp",
+          Classification.MEASURED,
+          "Prometheus' scrape timestamp (unix seconds) of poolscope_proxy_pool_inflight_requests "
+          "(the Proxy-side count: dispatch path or gateway), else the oldest of the engines' "
+          "poolscope_engine_requests_running scrapes (source engine); a gateway's and the "
+          "engines' readings are sampled in the background, so may be older by their "
+          "collector's sample age",
+          "load.inflight_total is null"),
     # utilization
     Field("utilization.cpu_avg", "proxy_pool:cpu_utilization:avg", Classification.MEASURED,
           _CPU, _NO_RESOURCE, scale=PERCENT, group="resource", inputs=(Input.HOST,)),

@@ -57,6 +57,7 @@ class Load:
     saturation: float | None = None
     engine_running_total: float | None = None
     engine_waiting_total: float | None = None
+    inflight_sampled_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,25 @@ async def test_snapshot_from_a_live_bridge(canned: CannedPrometheus, make_bridge
     assert b.health.data_quality == "partial"
 
 
+async def test_inflight_sampled_at_reaches_the_client_as_scraped(
+        canned: CannedPrometheus, make_bridge: MakeBridge) -> None:
+    """Prometheus' answer, the bridge's JSON and the client's float all keep the
+    scrape time to the millisecond, beside the inflight it times."""
+    canned.vector = [
+        series("proxy_pool:inflight_requests:sum", "a", "4", "proxy_dispatch"),
+        series("proxy_pool:inflight_requests:timestamp", "a", "1800000000.125", "proxy_dispatch"),
+        series("proxy_pool:inflight_requests:sum", "b", "6", "engine"),
+        series("proxy_pool:inflight_requests:timestamp", "b", "1799999999.001", "engine"),
+        series("proxy_pool:instances:count", "c", "0")]
+    bridge = await make_bridge(canned.url)
+    async with aiohttp.ClientSession() as session:
+        snap = await SchedulerBridgeClient(str(bridge.http.make_url("")), session).snapshot()
+    a, b, c = snap.pools["a"].load, snap.pools["b"].load, snap.pools["c"].load
+    assert (a.inflight_total, a.inflight_sampled_at) == (4, 1_800_000_000.125)
+    assert (b.inflight_total, b.inflight_sampled_at) == (6, 1_799_999_999.001)
+    assert (c.inflight_total, c.inflight_sampled_at) == (None, None)
+
+
 async def test_unavailable_bridge_raises_with_the_cause(make_bridge: MakeBridge) -> None:
     bridge = await make_bridge(f"http://127.0.0.1:{free_port()}")
     async with aiohttp.ClientSession() as session:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 from poolscope.bridge.fields import (
     DATA_QUALITY_LABEL,
@@ -15,6 +17,7 @@ from poolscope.bridge.fields import (
     METRIC_SOURCE_FIELDS,
     Kind,
 )
+from poolscope.bridge.schema import pool_summary_schema
 from poolscope.bridge.summary import (
     Sample,
     Vector,
@@ -23,6 +26,7 @@ from poolscope.bridge.summary import (
     encode_json,
     parse_value,
 )
+from poolscope.scheduler_bridge.client import parse_pool
 from tests.scheduler_bridge.canned import Series, pool_series, series
 
 T = 1_700_000_000.123
@@ -95,6 +99,42 @@ def test_scale_turns_base_units_into_schema_units() -> None:
     assert util["cpu_avg"] == pytest.approx(42.5)
     assert util["network_rx_mbps_total"] == pytest.approx(8.0)
     assert util["memory_used_ratio"] == 0.46
+
+
+SAMPLED_AT = "1800000000.125"  # a scrape's timestamp as Prometheus writes it (unix s, ms)
+SAMPLED = "proxy_pool:inflight_requests:timestamp"
+
+
+def test_inflight_sampled_at_is_the_scrape_time_unrounded_and_last_of_load() -> None:
+    """A unix time is a number like any other: not a count, not scaled, not rounded, and
+    appended to `load` (schema_version 1: the fields before it keep their order)."""
+    vector = [*without(pool_series("p1", value="2", source="proxy_dispatch"), SAMPLED),
+              series(SAMPLED, "p1", SAMPLED_AT, "proxy_dispatch")]
+    for built in (samples(vector),
+                  Vector([m for m, _ in vector], [float(v) for _, v in vector])):
+        snapshot = build_snapshot(built, T)
+        load = snapshot.pools["p1"]["load"]
+        assert load["inflight_sampled_at"] == 1_800_000_000.125
+        assert type(load["inflight_sampled_at"]) is float
+        assert list(load)[-2:] == ["engine_waiting_total", "inflight_sampled_at"]
+        assert snapshot.readings["p1"]["load.inflight_sampled_at"].source == "proxy_dispatch"
+        assert snapshot.rejected == {}
+    served = orjson.loads(encode_json(snapshot.pools))["p1"]
+    Draft202012Validator(pool_summary_schema()).validate(served)
+    assert served["load"]["inflight_sampled_at"] == 1_800_000_000.125
+    pool = parse_pool(served)
+    assert pool.load.inflight_sampled_at == 1_800_000_000.125
+    assert pool.load.inflight_total == 2
+
+
+def test_without_inflight_sampled_at_the_load_group_stays_complete() -> None:
+    """It times inflight_total rather than measuring load, so it is in no quality group:
+    its null makes data_quality partial (every field counts there), not the load group.
+    The rules never serve one without the other (its rule's `and`)."""
+    pool = build_summaries(samples(without(pool_series("p1"), SAMPLED)), T)["p1"]
+    assert pool["load"]["inflight_sampled_at"] is None
+    assert pool["metric_quality"]["load"] == "complete"
+    assert pool["health"]["data_quality"] == "partial"
 
 
 def test_queue_depths_are_told_apart_by_their_queue_label() -> None:

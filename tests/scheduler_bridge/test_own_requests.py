@@ -1,0 +1,105 @@
+"""OwnRequests: a Scheduler's own requests per pool, now and at the summary's moment."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from poolscope.scheduler_bridge.client import BridgeSnapshot, PoolSummary, parse_pool
+from poolscope.scheduler_bridge.own_requests import OwnRequests, measured_at
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool(proxy_id: str = "a", **load: float | None) -> PoolSummary:
+    doc = {"schema_version": 1, "proxy_id": proxy_id, "generated_at": 1000.0,
+           "load": {"capacity": 8.0, **load}}
+    return parse_pool(doc)
+
+
+def own_with_history(clock: Clock) -> OwnRequests:
+    """Two sent at 1000, one more at 1005, one of the three finished at 1010."""
+    own = OwnRequests(clock=clock)
+    own.sent("a")
+    own.sent("a")
+    clock.now = 1005.0
+    own.sent("a")
+    clock.now = 1010.0
+    own.finished("a")
+    return own
+
+
+def test_in_flight_now_and_at_any_remembered_moment() -> None:
+    clock = Clock()
+    own = own_with_history(clock)
+    assert own.in_flight("a") == 2
+    assert [own.in_flight("a", t) for t in (999.0, 1000.0, 1004.9, 1005.0, 1012.0)] == \
+        [0, 2, 2, 3, 2]
+    assert own.in_flight("never-used") == 0
+
+
+def test_requests_now_replaces_mine_then_by_mine_now() -> None:
+    clock = Clock()
+    own = own_with_history(clock)
+    # At 1005 the pool held 7 in flight and 1 queued: 3 of them mine, so 5 are others'.
+    summary = pool(inflight_total=7.0, ready_queue_depth=1.0, prepare_queue_depth=0.0)
+    assert own.requests_now(summary, 1005.0) == 5 + 2
+    assert own.load_now(summary, 1005.0) == pytest.approx((7 + 1) / 8)
+
+
+def test_a_pool_without_queues_is_counted_by_its_inflight() -> None:
+    own = own_with_history(Clock())
+    assert own.requests_now(pool(inflight_total=4.0), 1005.0) == (4 - 3) + 2
+
+
+def test_others_never_count_below_zero() -> None:
+    """A summary that has not seen my requests yet (they were still being prepared) does
+    not make the pool look emptier than mine alone."""
+    own = own_with_history(Clock())
+    assert own.requests_now(pool(inflight_total=1.0), 1005.0) == 0 + 2
+
+
+def test_unknown_inflight_or_capacity_is_no_estimate() -> None:
+    own = own_with_history(Clock())
+    assert own.requests_now(pool(inflight_total=None), 1005.0) is None
+    assert own.load_now(pool(inflight_total=3.0, capacity=None), 1005.0) is None
+    assert own.load_now(pool(inflight_total=3.0, capacity=0.0), 1005.0) is None
+
+
+def test_a_moment_past_the_horizon_is_unknown_not_zero() -> None:
+    clock = Clock()
+    own = OwnRequests(horizon_s=10.0, clock=clock)
+    for step in range(30):
+        clock.now = 1000.0 + step
+        own.sent("a")
+    assert own.in_flight("a") == 30
+    assert own.in_flight("a", 1000.5) is None  # forgotten
+    assert own.in_flight("a", 1028.5) == 29
+    assert own.requests_now(pool(inflight_total=5.0), 1000.5) is None
+
+
+def test_finished_without_sent_is_refused() -> None:
+    own = OwnRequests(clock=Clock())
+    with pytest.raises(ValueError, match="without sent"):
+        own.finished("a")
+    own.sent("a")
+    own.finished("a")
+    with pytest.raises(ValueError, match="without sent"):
+        own.finished("a")
+
+
+def test_measured_at_prefers_the_scrape_the_summary_names() -> None:
+    snapshot = BridgeSnapshot(generated_at=1000.0, stale=False, age_s=4.0, pools={})
+    scraped = pool(inflight_total=1.0, inflight_sampled_at=993.5)
+    assert measured_at(scraped, snapshot, received_at=1001.0) == 993.5
+    unnamed = replace(scraped, load=replace(scraped.load, inflight_sampled_at=None))
+    assert measured_at(unnamed, snapshot, received_at=1001.0) == 997.0
+    ageless = replace(snapshot, age_s=None)
+    assert measured_at(unnamed, ageless, received_at=1001.0) is None
