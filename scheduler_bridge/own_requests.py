@@ -11,7 +11,9 @@ that count, and reads the summary only for the rest:
 
 which is what an engine router does one level down with the requests it sent since
 the last scrape. docs/scheduling.md has the closed-loop measurements behind it.
-This module only counts; it makes no decision and calls nothing.
+This module only counts; it makes no decision and calls nothing. Its times and the
+summary's are wall-clock seconds of different hosts (the Scheduler's, Prometheus' or
+the Proxy's): their clocks must agree well within a request's duration (NTP does).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ class _History:
         self.count += delta
         self.times.append(at)
         self.counts.append(self.count)
-        # Cut when the oldest change is two horizons old, back to one: each change is then
-        # O(1) amortised however long the Scheduler runs.
+        # Cut when the oldest change is two horizons old, back to the last change at or
+        # before one horizon ago (it still holds the count from then on): each change is
+        # O(1) amortised however long the Scheduler runs, and a horizon is always known.
         if self.times[0] < at - 2 * horizon:
-            cut = bisect.bisect_left(self.times, at - horizon)
-            self.forgotten_before = self.times[cut]
-            del self.times[:cut], self.counts[:cut]
+            keep = bisect.bisect_right(self.times, at - horizon) - 1
+            if keep > 0:
+                self.forgotten_before = self.times[keep]
+                del self.times[:keep], self.counts[:keep]
 
     def at(self, t: float) -> int | None:
         """The count at `t`, None when `t` is before what is remembered."""
@@ -81,31 +85,41 @@ class OwnRequests:
         self._pools.setdefault(proxy_id, _History()).change(self._clock(), delta,
                                                             self._horizon)
 
-    def in_flight(self, proxy_id: str, at: float | None = None) -> int | None:
-        """Mine in flight at `at` (default now); None when `at` is past the horizon."""
+    def in_flight(self, proxy_id: str, at: float) -> int | None:
+        """Mine in flight at `at`; None when `at` is before what is remembered (at least
+        the last `horizon_s`)."""
         history = self._pools.get(proxy_id)
-        if history is None:
-            return 0
-        return history.count if at is None else history.at(at)
+        return 0 if history is None else history.at(at)
 
-    def requests_now(self, pool: PoolSummary, measured_at: float) -> float | None:
+    def requests_now(self, pool: PoolSummary, measured_at: float | None) -> float | None:
         """The pool's requests now: those it held at `measured_at` (in flight, and in the
         Proxy's prepare and ready queues where it has them), less mine in flight then
         (the rest is others' load, never below 0), plus mine now.
 
-        None when the summary's inflight is unknown or `measured_at` is past the horizon:
-        a Scheduler then ranks the pool by something else, never as empty.
+        None when the summary's inflight is unknown, or when it was measured is (None) or
+        is past the horizon: a Scheduler then ranks the pool by something else, never as
+        empty.
         """
         held = self.held(pool)
+        if measured_at is None:
+            return None
         mine_then = self.in_flight(pool.proxy_id, measured_at)
         if held is None or mine_then is None:
             return None
-        return max(0.0, held - mine_then) + self.in_flight(pool.proxy_id)
+        return max(0.0, held - mine_then) + self.mine_now(pool.proxy_id)
+
+    def mine_now(self, proxy_id: str) -> int:
+        history = self._pools.get(proxy_id)
+        return 0 if history is None else history.count
 
     @staticmethod
     def held(pool: PoolSummary) -> float | None:
         """The requests the summary counts in the pool: in flight, and in its Proxy's
-        prepare and ready queues where it has them; None when inflight is unknown."""
+        prepare and ready queues where it has them; None when inflight is unknown.
+
+        A null queue depth is counted as no queue: the Proxy has none, or (a gateway's
+        queue shared by several pools) it cannot be split by pool, and then the others'
+        part is undercounted by what waits there (never below 0)."""
         load = pool.load
         if load.inflight_total is None:
             return None
@@ -114,10 +128,11 @@ class OwnRequests:
         return load.inflight_total + sum(
             d for d in (load.prepare_queue_depth, load.ready_queue_depth) if d is not None)
 
-    def load_now(self, pool: PoolSummary, measured_at: float) -> float | None:
+    def load_now(self, pool: PoolSummary, measured_at: float | None) -> float | None:
         """`requests_now` over the pool's capacity, counting the request about to be
         placed (so a large pool and a small one with the same ratio are told apart:
-        the next request adds less to the large one); None when either is unknown."""
+        the next request adds less to the large one); None when either is unknown, or
+        the capacity is a measured 0 (no alive member offers any: nowhere to place it)."""
         requests = self.requests_now(pool, measured_at)
         capacity = pool.load.capacity
         if requests is None or not capacity:

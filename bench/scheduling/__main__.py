@@ -2,7 +2,8 @@
 
     python -m bench.scheduling [--quick] [--backends sim,llama] [--loads 0.5,0.7,0.9]
         [--intervals 1,2,5] [--policies ...] [--arrivals poisson,bursty]
-        [--duration S] [--repeats N] [--delays 0,10] [--json PATH] [--plot PATH]
+        [--duration S] [--repeats N] [--cache-ttls 1] [--delays 0,10] [--json PATH]
+        [--plot PATH]
 
 A closed loop on this machine (bench/scheduling/fleet.py): pools of 8, 4 and 2 slots
 behind demo Proxies, real Instance exporters, a real Prometheus with `rules/` and the
@@ -11,12 +12,15 @@ send, on and off every 10 s. A Scheduler stand-in sends an open-loop stream (one
 request in five long) at a share of the fleet's capacity, each request to the pool
 one policy picks (bench/scheduling/policies.py), and every request's latency, first
 token and queue wait is recorded. One row per backend, arrival shape, load, interval,
-policy and repeat. docs/scheduling.md has the results and what they mean.
+policy and seed. docs/scheduling.md has the results and what they mean.
 
-The default sweep: every policy at 50, 70 and 90% on the simulated fleet at a 5 s
-interval; the summary policies at 1 and 2 s too, at 70%; then every policy on
-llama.cpp at 70% and 5 s. --quick: every policy at 70% and 5 s, simulated only.
-Policies that read no summary run once per load (their interval column is "-").
+The default sweep (about 13 minutes): on the simulated fleet at a 5 s interval, every
+policy at 70% and the four that tell the story (weighted, least_load, tracked, oracle)
+at 50 and 90% and with bursty arrivals at 70%; least_load and tracked at 2 and 1 s too,
+at 70%; then random and those four on llama.cpp at 70% and 5 s. --quick (about 3
+minutes): the four at 70% and 5 s, simulated. Naming --loads or --intervals runs
+exactly that grid instead. Policies that read no summary run once per load (their
+interval column is "-").
 """
 
 from __future__ import annotations
@@ -27,13 +31,20 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
 
-from bench.scheduling.fleet import LLAMA_POOLS, SIM_POOLS, Fleet, monitoring, running_fleet
+from bench.scheduling.fleet import (
+    LLAMA_POOLS,
+    SIM_POOLS,
+    Fleet,
+    Monitoring,
+    monitoring,
+    running_fleet,
+)
 from bench.scheduling.loop import (
     Cell,
     Lengths,
@@ -50,7 +61,6 @@ from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 LOCAL_POOL = "pool-b"
 # Output tokens of a short and a long request, per backend: about 0.5 s and 5 s alone.
 TOKENS = {"sim": (10, 100), "llama": (24, 240)}
-TTL_S = 1.0  # the bridge's default cache TTL, and how often the stand-in reads it
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -60,7 +70,7 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {e}") from e
 
 
-def _names(allowed: Sequence[str]) -> argparse._ActionT:  # type: ignore[name-defined]
+def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     def parse(text: str) -> tuple[str, ...]:
         names = tuple(text.split(","))
         unknown = [n for n in names if n not in allowed]
@@ -74,15 +84,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.scheduling",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help="every policy at 70%% and 5 s on the simulated fleet (under 4 min)")
+                   help="weighted, least_load, tracked and oracle at 70%% and 5 s on the "
+                        "simulated fleet (about 3 min)")
     p.add_argument("--backends", type=_names(("sim", "llama")), default=None)
     p.add_argument("--loads", type=_floats, default=None, help="shares of capacity")
     p.add_argument("--intervals", type=_floats, default=None,
                    help="scrape and evaluation intervals, seconds")
-    p.add_argument("--policies", type=_names(tuple(POLICIES)), default=tuple(POLICIES))
+    p.add_argument("--policies", type=_names(tuple(POLICIES)), default=None)
     p.add_argument("--arrivals", type=_names(("poisson", "bursty")), default=("poisson",))
-    p.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals a cell")
+    p.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals a cell")
     p.add_argument("--repeats", type=int, default=1, help="seeds per cell")
+    p.add_argument("--cache-ttls", type=_floats, default=(1.0,),
+                   help="the bridge's --cache-ttl, and how often the stand-in reads it")
     p.add_argument("--delays", type=_floats, default=(0.0,),
                    help="seconds the summary policies' snapshots are held back (age study)")
     p.add_argument("--seed", type=int, default=1)
@@ -92,75 +105,85 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not (args.duration > 0 and args.repeats >= 1):
         p.error("--duration must be > 0 and --repeats >= 1")
+    if args.loads is not None and not all(0 < load < 2 for load in args.loads):
+        p.error("--loads: shares of capacity above 0 and below 2")
+    args.policies_given = args.policies is not None
+    args.policies = args.policies or tuple(POLICIES)
     return args
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Which cells one backend runs: (load, interval or None, policy, delay)."""
+    """Which cells one backend runs, in order: those that read no summary, then those that
+    do, grouped by (interval, cache TTL) so each Prometheus and bridge starts once."""
 
     backend: str
-    cells: tuple[tuple[float, float | None, str, float], ...]
+    cells: tuple[Cell, ...]
 
     @property
-    def intervals(self) -> list[float]:
-        return sorted({c[1] for c in self.cells if c[1] is not None}, reverse=True)
+    def monitored(self) -> list[tuple[float, float]]:
+        return sorted({(c.interval_s, c.ttl_s) for c in self.cells
+                       if c.interval_s is not None and c.ttl_s is not None}, reverse=True)
+
+
+# What --quick runs, and what the default sweep runs beside 70 %: the policies that tell
+# the story (no metric, the summary as it stands, the summary tracked, the limit).
+CORE_POLICIES = ("weighted", "least_load", "tracked", "oracle")
 
 
 def plans(args: argparse.Namespace) -> list[Plan]:
-    summary = [p for p in args.policies if POLICIES[p].reads_summary]
-    blind = [p for p in args.policies if not POLICIES[p].reads_summary]
-    explicit = args.loads is not None or args.intervals is not None
-    if args.quick or explicit:
-        loads = args.loads or (0.7,)
-        intervals = args.intervals or (5.0,)
-        grid = [(load, None, p, 0.0) for load in loads for p in blind]
-        grid += [(load, i, p, d) for load in loads for i in intervals for p in summary
-                 for d in args.delays]
-        return [Plan(b, tuple(grid)) for b in (args.backends or ("sim",))]
-    sim = [(load, None, p, 0.0) for load in (0.5, 0.7, 0.9) for p in blind]
-    sim += [(load, 5.0, p, d) for load in (0.5, 0.7, 0.9) for p in summary for d in args.delays]
-    sim += [(0.7, i, p, d) for i in (2.0, 1.0) for p in ("least_load", "tracked")
-            if p in summary for d in args.delays]
-    llama = [(0.7, None, p, 0.0) for p in blind] + [(0.7, 5.0, p, 0.0) for p in summary]
-    chosen = args.backends or ("sim", "llama")
-    return [Plan(b, tuple(cells)) for b, cells in (("sim", sim), ("llama", llama))
-            if b in chosen]
+    def cells(load: float, intervals: Sequence[float], policies: Sequence[str],
+              arrivals: Sequence[str] = args.arrivals) -> list[Cell]:
+        chosen = [p for p in policies if p in args.policies]
+        shapes = [(a, args.seed + r) for a in arrivals for r in range(args.repeats)]
+        blind = [Cell(p, load, None, a, seed, args.duration) for p in chosen
+                 if not POLICIES[p].reads_summary for a, seed in shapes]
+        return blind + [Cell(p, load, i, a, seed, args.duration, ttl, delay)
+                        for i in intervals for ttl in args.cache_ttls for p in chosen
+                        if POLICIES[p].reads_summary for delay in args.delays
+                        for a, seed in shapes]
+
+    if args.loads is not None or args.intervals is not None or args.quick:
+        policies = CORE_POLICIES if args.quick and not args.policies_given else args.policies
+        grid = [c for load in args.loads or (0.7,)
+                for c in cells(load, args.intervals or (5.0,), policies)]
+        return [Plan(b, tuple(grid)) for b in args.backends or ("sim",)]
+    sim = (cells(0.7, (5.0,), tuple(POLICIES))
+           + cells(0.5, (5.0,), CORE_POLICIES) + cells(0.9, (5.0,), CORE_POLICIES)
+           + cells(0.7, (2.0, 1.0), ("least_load", "tracked"))
+           + cells(0.7, (5.0,), CORE_POLICIES, ("bursty",)))
+    llama = cells(0.7, (5.0,), ("random", *CORE_POLICIES))
+    return [Plan(b, tuple(c)) for b, c in (("sim", sim), ("llama", llama))
+            if b in (args.backends or ("sim", "llama"))]
 
 
-async def _run_plan(fleet: Fleet, plan: Plan, args: argparse.Namespace, lengths: Lengths,
+async def _run_plan(fleet: Fleet, plan: Plan, lengths: Lengths,
                     out: list[tuple[Row, list[Record]]]) -> None:
     capacities = {p.spec.proxy_id: p.spec.capacity for p in fleet.pools}
 
-    async def one(load: float, interval: float | None, policy: str, delay: float,
-                  mon_url: str | None, mon: object) -> None:
-        for arrivals in args.arrivals:
-            for repeat in range(args.repeats):
-                cell = Cell(policy, load, interval, arrivals, args.seed + repeat,
-                            args.duration)
-                records, _ = await run_cell(fleet, mon, POLICIES[policy](), cell, lengths,
-                                            LOCAL_POOL, ttl_s=TTL_S, delay_s=delay)
-                row = Row(plan.backend, cell, repeat, delay,
-                          outcome(records, lengths, capacities))
-                print(row.line(), flush=True)
-                out.append((row, records))
-                if mon_url is not None:
-                    async with aiohttp.ClientSession() as session:
-                        await wait_for_idle_summary(SchedulerBridgeClient(mon_url, session),
-                                                    list(capacities), 4 * (interval or 1) + 10)
+    async def one(cell: Cell, mon: Monitoring | None) -> None:
+        records, _ = await run_cell(fleet, mon, POLICIES[cell.policy](), cell, lengths,
+                                    LOCAL_POOL)
+        row = Row(plan.backend, cell, outcome(records, lengths, capacities))
+        print(row.line(), flush=True)
+        out.append((row, records))
 
-    for load, interval, policy, delay in plan.cells:
-        if interval is None:
-            await one(load, None, policy, delay, None, None)
-    for interval in plan.intervals:
-        with monitoring(fleet, interval, TTL_S) as mon:
+    for cell in plan.cells:
+        if cell.interval_s is None:
+            await one(cell, None)
+    for interval, ttl in plan.monitored:
+        with monitoring(fleet, interval, ttl) as mon:
             async with aiohttp.ClientSession() as session:
                 client = SchedulerBridgeClient(mon.bridge_url, session)
-                if not await wait_for_idle_summary(client, list(capacities), 60):
-                    raise RuntimeError(f"no summary with every pool after 60 s at {interval}s")
-            for load, cell_interval, policy, delay in plan.cells:
-                if cell_interval == interval:
-                    await one(load, interval, policy, delay, mon.bridge_url, mon)
+                for cell in plan.cells:
+                    if (cell.interval_s, cell.ttl_s) != (interval, ttl):
+                        continue
+                    # The previous cell's tail out of the summary (and, first, a summary).
+                    if not await wait_for_idle_summary(client, list(capacities),
+                                                       4 * interval + 60):
+                        raise RuntimeError(f"the bridge showed no idle summary of every pool "
+                                           f"at a {interval:g} s interval")
+                    await one(cell, mon)
 
 
 def _workdirs(args: argparse.Namespace, backend: str) -> Iterator[Path]:
@@ -189,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"# {plan.backend}: alone, short {lengths.service_s[0]:.2f} s, long "
                       f"{lengths.service_s[1]:.2f} s; capacity "
                       f"{sum(s.capacity for s in specs)} slots", flush=True)
-                asyncio.run(_run_plan(fleet, plan, args, lengths, results))
+                asyncio.run(_run_plan(fleet, plan, lengths, results))
     print(f"# {len(results)} cells in {time.monotonic() - started:.0f} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps({

@@ -9,7 +9,10 @@ measured on rules that ran at that interval from their first evaluation.
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,6 +124,21 @@ def _start_llama_engine(group: ProcessGroup, spec: PoolSpec, instance_id: str,
     return Engine(instance_id, url)
 
 
+def _wait_registered(proxy_url: str, instances: int, timeout_s: float = 60.0) -> None:
+    """Until the Proxy lists every Instance alive: engines register on their own, and a
+    pool short of one would calibrate and run on less than its capacity."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"{proxy_url}/v1/instance/list", timeout=5) as r:
+            listed = len(json.load(r)["instances"])
+        if listed == instances:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{proxy_url} lists {listed} of {instances} Instances "
+                               f"after {timeout_s:g} s")
+        time.sleep(0.1)
+
+
 @contextmanager
 def running_fleet(backend: str, specs: Sequence[PoolSpec], workdir: Path) -> Iterator[Fleet]:
     """Proxies, engines and exporters, stopped (their process groups) when the block ends."""
@@ -161,6 +179,7 @@ def running_fleet(backend: str, specs: Sequence[PoolSpec], workdir: Path) -> Ite
                 wait_ready(f"{exporter_url}/healthz", exporter)
                 engines.append(engine)
                 exporters.append(exporter_url)
+            _wait_registered(proxy_url, spec.instances)
             pools.append(FleetPool(spec, proxy_url, tuple(engines), tuple(exporters)))
         yield Fleet(backend, tuple(pools), workdir, group)
     finally:

@@ -13,7 +13,7 @@ import json
 import random
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -24,19 +24,22 @@ from deploy.demo.load_arrivals import BurstSpec, arrival_times
 from poolscope.scheduler_bridge.client import (
     BridgeError,
     BridgeSnapshot,
+    PoolSummary,
     SchedulerBridgeClient,
+    parse_pool,
 )
 from poolscope.scheduler_bridge.own_requests import OwnRequests
 
 PROMPT = "Tell me about load balancing."
+HEARTBEAT_S = 1.0  # how often a Proxy's heartbeat brings its load report
 LONG_SHARE = 0.2  # one request in five is long
 # Local traffic: on from the start, then off and on for LOCAL_FLIP_S each, at this share
-# of its pool's capacity while on; the Scheduler does not send it and cannot see it
-# except through the summary.
+# of its pool's capacity while on; the Scheduler does not send it and sees it only
+# through the summary (or the Proxies' load reports).
 LOCAL_FLIP_S = 10.0
 LOCAL_ON_SHARE = 0.8
-# The bursty shape: every BURST_EVERY_S the rate doubles for BURST_LENGTH_S, with the
-# base lowered so the mean stays the load asked for.
+# The bursty shape: every 15 s the rate doubles for 5 s, the base lowered so that the
+# mean stays the load asked for.
 BURST = BurstSpec(every=15.0, factor=2.0, length=5.0)
 BURST_MEAN = 1 + (BURST.factor - 1) * BURST.length / BURST.every
 # What the oracle sums on each Proxy's page: in flight, and waiting in its two lines.
@@ -45,12 +48,13 @@ PROXY_HELD = ("poolscope_proxy_pool_inflight_requests", "poolscope_proxy_queue_d
 
 @dataclass(frozen=True)
 class Lengths:
-    """Output tokens of a short and a long request, and their times alone on an idle pool."""
+    """Output tokens of a short and a long request, and their times under a full batch
+    (calibrate)."""
 
     short_tokens: int
     long_tokens: int
-    service_s: tuple[float, float] = (0.0, 0.0)  # latency alone: short, long
-    decode_s: tuple[float, float] = (0.0, 0.0)  # latency alone less its first token's wait
+    service_s: tuple[float, float] = (0.0, 0.0)  # latency: short, long
+    decode_s: tuple[float, float] = (0.0, 0.0)  # that latency less its first token's wait
 
     def tokens(self, long: bool) -> int:
         return self.long_tokens if long else self.short_tokens
@@ -85,6 +89,8 @@ class Cell:
     arrivals: str  # "poisson" | "bursty"
     seed: int
     duration_s: float
+    ttl_s: float | None = None  # the bridge's cache TTL, and how often it is read
+    delay_s: float = 0.0  # how old the summary handed to the policy is held back
 
 
 def _arrivals(rate: float, shape: str, duration: float, rng: random.Random) -> list[float]:
@@ -176,14 +182,14 @@ class SnapshotFeed:
         self._ttl = ttl_s
         self._delay = delay_s
         self._held: deque[tuple[float, BridgeSnapshot]] = deque()
-        self.failures = 0
 
     async def run(self) -> None:
         while True:
             try:
-                self._held.append((time.time(), await self._client.snapshot()))
-            except (BridgeError, aiohttp.ClientError, TimeoutError):
-                self.failures += 1
+                snapshot = await self._client.snapshot()
+                self._held.append((time.time(), snapshot))  # when it arrived
+            except (BridgeError, aiohttp.ClientError, TimeoutError, ValueError):
+                pass  # the Scheduler keeps its last snapshot, whose age says how old
             horizon = time.time() - self._delay - 60
             while len(self._held) > 1 and self._held[1][0] < horizon:
                 self._held.popleft()
@@ -195,17 +201,41 @@ class SnapshotFeed:
         return [h for h in self._held if h[0] <= due]
 
 
+class ReportFeed:
+    """Every Proxy's load report, read every `every_s` as its heartbeats would bring it."""
+
+    def __init__(self, fleet: Fleet, session: aiohttp.ClientSession, every_s: float) -> None:
+        self._urls = {p.spec.proxy_id: f"{p.proxy_url}/v1/pool_load" for p in fleet.pools}
+        self._session = session
+        self._every = every_s
+        self.reports: dict[str, PoolSummary] = {}
+
+    async def _read(self, proxy_id: str, url: str) -> None:
+        try:
+            async with self._session.get(url, raise_for_status=True) as resp:
+                self.reports[proxy_id] = parse_pool(await resp.json())
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+            self.reports.pop(proxy_id, None)  # a missed heartbeat: unknown, not idle
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.gather(*(self._read(p, u) for p, u in self._urls.items()))
+            await asyncio.sleep(self._every)
+
+
 async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, cell: Cell,
-                   lengths: Lengths, local_pool: str, *, ttl_s: float = 1.0,
-                   delay_s: float = 0.0) -> tuple[list[Record], list[Record]]:
+                   lengths: Lengths, local_pool: str) -> tuple[list[Record], list[Record]]:
     """The Scheduler's records and the local traffic's, once every answer has ended."""
     rng = random.Random(cell.seed)
     capacities = {p.spec.proxy_id: p.spec.capacity for p in fleet.pools}
     full_rate = sum(capacities.values()) / lengths.mean_service_s
     local_on = LOCAL_ON_SHARE * capacities[local_pool] / lengths.mean_service_s
-    local_mean = local_on * 0.5
-    sched_times = _arrivals(cell.load * full_rate - local_mean, cell.arrivals,
-                            cell.duration_s, rng)
+    on_s = sum(min(end, cell.duration_s) - begin for begin, end in
+               local_on_spans(cell.duration_s))
+    sched_rate = cell.load * full_rate - local_on * on_s / cell.duration_s
+    if sched_rate <= 0:
+        raise ValueError(f"a load of {cell.load:g} is below the local traffic alone")
+    sched_times = _arrivals(sched_rate, cell.arrivals, cell.duration_s, rng)
     sched_long = [rng.random() < LONG_SHARE for _ in sched_times]
     local_times = _local_arrivals(local_on, cell.duration_s, rng)
     local_long = [rng.random() < LONG_SHARE for _ in local_times]
@@ -217,12 +247,20 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, 
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=300)) as session:
         feed = None
-        tasks: list[asyncio.Task[None]] = []
+        feeds: list[asyncio.Task[None]] = []
         if monitoring is not None:
             feed = SnapshotFeed(SchedulerBridgeClient(monitoring.bridge_url, session),
-                                ttl_s, delay_s)
-            tasks.append(asyncio.create_task(feed.run()))
+                                cell.ttl_s or 1.0, cell.delay_s)
+            feeds.append(asyncio.create_task(feed.run()))
         live = LiveReader(fleet, session)
+        reports = ReportFeed(fleet, session, HEARTBEAT_S)
+        if policy.reads_reports:
+            feeds.append(asyncio.create_task(reports.run()))
+        # The first decision is made on what a running Scheduler would hold, never on
+        # nothing: the feeds' first reads come before the first arrival.
+        await _until(lambda: (feed is None or bool(feed.current()))
+                     and (not policy.reads_reports or len(reports.reports) == len(urls)),
+                     FEED_WARMUP_S + cell.delay_s, feeds)
         start = time.monotonic()
         records: list[Record] = []
         local: list[Record] = []
@@ -243,25 +281,46 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, 
                 senders.append(asyncio.create_task(
                     send(session, urls[local_pool], lengths.tokens(long), record, start)))
 
-        tasks.append(asyncio.create_task(local_stream()))
+        local_task = asyncio.create_task(local_stream())
         try:
             for t, long in zip(sched_times, sched_long, strict=True):
                 await asyncio.sleep(max(0.0, start + t - time.monotonic()))
                 held = feed.current() if feed else []
                 snapshot, received = held[-1][1] if held else None, held[-1][0] if held else 0.0
                 pool = await policy.choose(View(capacities, snapshot, received, own,
-                                                decisions, live))
+                                                decisions, live, reports.reports))
                 record = Record(t, pool, long)
                 records.append(record)
                 own.sent(pool)
                 senders.append(asyncio.create_task(routed(record)))
-            await tasks[-1]
+            await local_task
             await asyncio.gather(*senders)
         finally:
-            for task in (*tasks, *senders):
+            for task in (*feeds, local_task, *senders):
                 task.cancel()
-            await asyncio.gather(*tasks, *senders, return_exceptions=True)
+            await asyncio.gather(*feeds, local_task, *senders, return_exceptions=True)
+        _raise_failed(feeds)
     return records, local
+
+
+FEED_WARMUP_S = 30.0
+
+
+async def _until(ready: Callable[[], bool], timeout_s: float,
+                 feeds: Sequence[asyncio.Task[None]]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        _raise_failed(feeds)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the policy's feeds had nothing after {timeout_s:g} s")
+        await asyncio.sleep(0.05)
+
+
+def _raise_failed(feeds: Sequence[asyncio.Task[None]]) -> None:
+    """A feed that died would leave the policy on a frozen view: the cell fails instead."""
+    for task in feeds:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise RuntimeError("a feed failed") from task.exception()
 
 
 async def calibrate(fleet: Fleet, short_tokens: int, long_tokens: int) -> Lengths:
@@ -281,8 +340,8 @@ async def calibrate(fleet: Fleet, short_tokens: int, long_tokens: int) -> Length
             if not all(r.ok and r.first_token is not None for r in records):
                 raise RuntimeError("calibration request failed: HTTP "
                                    f"{sorted({r.status for r in records})}")
-            runs = sorted((r.end, r.end - r.first_token) for r in records  # type: ignore[operator]
-                          if r.end is not None and r.first_token is not None)
+            runs = sorted((r.end or 0.0, (r.end or 0.0) - (r.first_token or 0.0))
+                          for r in records)
             service.append(runs[len(runs) // 2][0])
             decode.append(runs[len(runs) // 2][1])
     return Lengths(short_tokens, long_tokens, (service[0], service[1]), (decode[0], decode[1]))

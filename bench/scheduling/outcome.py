@@ -81,20 +81,19 @@ def outcome(records: Sequence[Record], lengths: Lengths,
 class Row:
     backend: str
     cell: Cell
-    repeat: int
-    delay_s: float
     outcome: Outcome
 
     def line(self) -> str:
         c, o = self.cell, self.outcome
         interval = "-" if c.interval_s is None else f"{c.interval_s:g}"
-        return (f"{self.backend:<5} {c.arrivals:<7} {c.load:>4.0%} {interval:>3} "
-                f"{self.delay_s:>5g} {c.policy:<16} {self.repeat:>2} {o.requests:>5} "
+        ttl = "-" if c.ttl_s is None else f"{c.ttl_s:g}"
+        return (f"{self.backend:<5} {c.arrivals:<7} {c.load:>4.0%} {interval:>3} {ttl:>3} "
+                f"{c.delay_s:>5g} {c.policy:<16} {c.seed:>4} {o.requests:>5} "
                 f"{o.refused:>4} {o.latency[0]:>6.2f} {o.latency[1]:>6.2f} "
                 f"{o.latency[2]:>6.2f} {o.latency[3]:>6.2f} {o.ttft[0]:>6.2f} "
                 f"{o.ttft[1]:>6.2f} {o.queue_wait[0]:>6.2f} {o.queue_wait[2]:>6.2f} "
                 f"{o.queued_share:>6.1%} {o.herd:>5.2f}")
 
 
-HEADER = ("back  arrival load int delay policy           rep  reqs refd   mean    p50    p95"
-          "    p99 ttft50 ttft99 qwmean  qw99 queued  herd")
+HEADER = ("back  arrival load int ttl delay policy           seed  reqs refd   mean    p50"
+          "    p95    p99 ttft50 ttft99 qwmean  qw99 queued  herd")

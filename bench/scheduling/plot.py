@@ -19,12 +19,13 @@ COLOURS = {"pool-a": "tab:blue", "pool-b": "tab:orange", "pool-c": "tab:green"}
 
 
 def latency_over_time(results: Sequence[tuple[Row, list[Record]]], out: Path) -> list[Path]:
-    """Per backend, the first repeat of each policy at 70% and its largest interval; the
-    files written (one per backend, the backend's name added when there are several)."""
+    """Per backend, each policy's first seed at 70% and its largest interval; the files
+    written (one per backend, the backend's name added when there are several)."""
     chosen: dict[tuple[str, str], tuple[float, list[Record]]] = {}
+    first_seed = min(row.cell.seed for row, _ in results) if results else 0
     for row, records in results:
         cell = row.cell
-        if abs(cell.load - PLOTTED_LOAD) > 1e-9 or row.repeat or row.delay_s:
+        if abs(cell.load - PLOTTED_LOAD) > 1e-9 or cell.seed != first_seed or cell.delay_s:
             continue
         key = (row.backend, cell.policy)
         interval = cell.interval_s or 0.0

@@ -2,8 +2,9 @@
 
 Each reads only what its name says: nothing (random, round-robin), the configured
 capacities (weighted), the bridge's summary as a Scheduler reads it (least load,
-least saturation, power of two choices, tracked), or every engine and Proxy at the
-moment of the decision (oracle: the limit for this fleet). A pool whose value is
+least saturation, power of two choices, tracked), the Proxies' load reports as their
+heartbeats would bring them (heartbeat), or every Proxy at the moment of the decision
+(oracle: the limit for this fleet's slots). A pool whose value is
 unknown is skipped, never read as empty; with none known the pick falls back to
 capacity weights. Ties are broken at random, so no pool wins by its name.
 """
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from poolscope.scheduler_bridge.client import BridgeSnapshot
+from poolscope.scheduler_bridge.client import BridgeSnapshot, PoolSummary
 from poolscope.scheduler_bridge.own_requests import OwnRequests, measured_at
 
 # The live count of requests each pool holds, read at the decision (the oracle's view).
@@ -31,6 +32,8 @@ class View:
     own: OwnRequests
     rng: random.Random
     live: LiveRead
+    # The newest load report of each Proxy (its heartbeat); a missed one is absent.
+    reports: Mapping[str, PoolSummary] = field(default_factory=dict)
 
 
 def _weighted(view: View, among: Sequence[str] | None = None) -> str:
@@ -65,14 +68,14 @@ def _tracked(view: View, scrape_time: bool) -> dict[str, float | None]:
             continue
         if not scrape_time:
             pool = replace(pool, load=replace(pool.load, inflight_sampled_at=None))
-        at = measured_at(pool, snapshot, view.received_at)
-        scores[p] = None if at is None else view.own.load_now(pool, at)
+        scores[p] = view.own.load_now(pool, measured_at(pool, snapshot, view.received_at))
     return scores
 
 
 class Policy:
     name = ""
     reads_summary = False
+    reads_reports = False
 
     async def choose(self, view: View) -> str:
         raise NotImplementedError
@@ -93,8 +96,9 @@ class RoundRobin(Policy):
 
     async def choose(self, view: View) -> str:
         pools = sorted(view.capacities)
-        self._next = (self._next + 1) % len(pools)
-        return pools[self._next]
+        chosen = pools[self._next % len(pools)]
+        self._next += 1
+        return chosen
 
 
 class Weighted(Policy):
@@ -152,6 +156,22 @@ class TrackedAtEvaluation(Tracked):
     scrape_time = False
 
 
+class Heartbeat(Policy):
+    """Tracked on the short path: each Proxy's load report, as its heartbeats would bring
+    it every second, instead of the summary."""
+
+    name = "heartbeat"
+    reads_reports = True
+
+    async def choose(self, view: View) -> str:
+        scores: dict[str, float | None] = {}
+        for p in view.capacities:
+            report = view.reports.get(p)
+            scores[p] = (None if report is None
+                         else view.own.load_now(report, report.load.inflight_sampled_at))
+        return _least(view, scores)
+
+
 class Oracle(Policy):
     """Least (requests every engine and Proxy hold now + 1) / capacity."""
 
@@ -159,10 +179,9 @@ class Oracle(Policy):
 
     async def choose(self, view: View) -> str:
         live = await view.live()
-        return _least(view, {p: (live[p] + 1) / c if p in live else None
-                             for p, c in view.capacities.items()})
+        return _least(view, {p: (live[p] + 1) / c for p, c in view.capacities.items()})
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
     Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Tracked,
-    TrackedAtEvaluation, Oracle)}
+    TrackedAtEvaluation, Heartbeat, Oracle)}

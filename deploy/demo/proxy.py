@@ -9,7 +9,9 @@ Data plane: POST /v1/chat/completions (OpenAI; `stream: true` relays SSE).
 Control plane (Instances call it): POST /v1/instance/register {instance_id,
 url, capacity}, /heartbeat {instance_id}, /deregister {instance_id},
 /resource_snapshot {instance_id, snapshot}; GET /v1/instance/list
-[?include_dead=true]. Also GET /metrics and GET /healthz.
+[?include_dead=true]. Also GET /metrics, GET /healthz, and GET /v1/pool_load: the
+load report a Proxy attaches to its heartbeats to the Scheduler (this demo has no
+Scheduler to send them to, so one asks).
 
 The Proxy publishes no QPS: Prometheus derives it with rate() from
 poolscope_proxy_requests_total.
@@ -66,6 +68,9 @@ def create_app(proxy_id: str, path: PathConfig | None = None,
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "proxy_id": proxy_id})
 
+    async def pool_load(_: web.Request) -> web.Response:
+        return web.json_response(exporter.load_report())
+
     async def client_session(_: web.Application) -> AsyncIterator[None]:
         await chat.start()
         yield
@@ -77,6 +82,7 @@ def create_app(proxy_id: str, path: PathConfig | None = None,
     app.cleanup_ctx.append(client_session)
     app.add_routes([web.post("/v1/chat/completions", chat.handle),
                     web.get("/metrics", serve_metrics), web.get("/healthz", healthz),
+                    web.get("/v1/pool_load", pool_load),
                     *control.routes()])
     return app
 

@@ -60,9 +60,12 @@ class ChatPath:
 
     async def start(self) -> None:
         # No connection limit: the Instances' capacity and the lines are the
-        # only queues, never a connection pool hidden inside the client.
+        # only queues, never a connection pool hidden inside the client. Nor a kept
+        # connection: llama.cpp's server closes them under load, and a request sent on
+        # one as it closes fails with 502 (bench.scheduling saw 2-17 in 170); a new
+        # loopback connection per request costs far less than a request.
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
+            connector=aiohttp.TCPConnector(limit=0, force_close=True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
 
     async def close(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -32,11 +33,32 @@ from poolscope.exporters.common.thresholds import IDLE_S
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.dispatch import DispatchTracker
 from poolscope.exporters.proxy.queues import REJECTION_REASONS, QueueMetrics
-from poolscope.exporters.proxy.registry import InstanceRegistry
+from poolscope.exporters.proxy.registry import Instance, InstanceRegistry
 
 log = logging.getLogger(__name__)
 
 COLLECTOR_NAME = "proxy"
+
+
+# The pool summary's schema (poolscope.bridge.summary.SCHEMA_VERSION), which the load
+# report is a part of; the exporters do not import the bridges.
+REPORT_SCHEMA_VERSION = 1
+
+
+def _inflight(instances: Sequence[Instance]) -> float:
+    return float(sum(i.dispatch.inflight for i in instances))
+
+
+def _capacity(instances: Sequence[Instance], alive: Sequence[Instance]) -> float | None:
+    """The alive Instances' configured sum, a measured 0 when none is alive (a dead
+    Instance offers nothing). None when none is configured, or when an alive one is
+    not: its capacity is unknown here, not 0, and the Instance exporters' figures stand
+    in (rules/proxy_pool.yml)."""
+    configured = [i.capacity for i in alive]
+    if (any(i.capacity is not None for i in instances)
+            and all(v is not None for v in configured)):
+        return float(sum(v for v in configured if v is not None))
+    return None
 
 
 class ProxyCollector(Collector):
@@ -76,8 +98,7 @@ class ProxyCollector(Collector):
     def _pool_families(self) -> Sequence[Metric]:
         """The pool's counts, inflight and configured capacity, one series each."""
         now = self._clock.monotonic()
-        instances = self._registry.instances()
-        alive = [i for i in instances if self._registry.is_alive(i, now)]
+        instances, alive = self._members(now)
         dispatched = [i.dispatch.last_dispatch_monotonic for i in instances
                       if i.dispatch.last_dispatch_monotonic is not None]
         counts = {
@@ -95,21 +116,43 @@ class ProxyCollector(Collector):
             metric.add_metric((self.proxy_id, source), float(count))
             families.append(metric)
         inflight = c.POOL_INFLIGHT.new()
-        inflight.add_metric((self.proxy_id, c.SOURCE_PROXY_DISPATCH),
-                            float(sum(i.dispatch.inflight for i in instances)))
+        inflight.add_metric((self.proxy_id, c.SOURCE_PROXY_DISPATCH), _inflight(instances))
         families.append(inflight)
-        # The alive Instances' configured sum, a measured 0 when none is alive (a dead
-        # Instance offers nothing). Absent when none is configured, or when an alive
-        # one is not: its capacity is unknown here, not 0, and the Instance
-        # exporters' figures stand in (rules/proxy_pool.yml).
         capacity = c.POOL_CAPACITY.new()
-        configured = [i.capacity for i in alive]
-        if (any(i.capacity is not None for i in instances)
-                and all(v is not None for v in configured)):
-            capacity.add_metric((self.proxy_id, c.SOURCE_CONFIGURED),
-                                float(sum(v for v in configured if v is not None)))
+        configured = _capacity(instances, alive)
+        if configured is not None:
+            capacity.add_metric((self.proxy_id, c.SOURCE_CONFIGURED), configured)
         families.append(capacity)
         return families
+
+    def _members(self, now: float) -> tuple[list[Instance], list[Instance]]:
+        """Every registered Instance, and those alive at `now`."""
+        instances = self._registry.instances()
+        return instances, [i for i in instances if self._registry.is_alive(i, now)]
+
+    def load_report(self) -> dict[str, Any]:
+        """The pool's load read now, shaped as the pool summary with only the `load` fields
+        this Proxy measures itself: what it holds in flight and in its lines, its
+        configured capacity, and when it read them (`inflight_sampled_at`).
+
+        The short path for the few fields a Scheduler ranks pools by: a Proxy attaches it
+        to its heartbeats, so the Scheduler sees load that it did not send about one
+        heartbeat late instead of one scrape plus one rule evaluation late
+        (docs/scheduling.md measures both). The typed client parses it as a summary.
+        Raises what reading the state raises: a heartbeat then carries no load, never
+        a made-up one.
+        """
+        read_at = self._clock.time()
+        instances, alive = self._members(self._clock.monotonic())
+        load: dict[str, float] = {"inflight_total": _inflight(instances)}
+        capacity = _capacity(instances, alive)
+        if capacity is not None:
+            load["capacity"] = capacity
+        for q in self.queues:
+            load[f"{q.name}_queue_depth"] = float(q.depth())
+        load["inflight_sampled_at"] = read_at
+        return {"schema_version": REPORT_SCHEMA_VERSION, "proxy_id": self.proxy_id,
+                "generated_at": read_at, "load": load}
 
     def _instance_families(self) -> Sequence[Metric]:
         f = {fam: fam.new() for fam in (

@@ -24,6 +24,7 @@ hold them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -55,6 +56,10 @@ class ProxyExporter:
         queue = QueueMetrics(name, depth, capacity, self.clock)
         self.collector.queues.append(queue)
         return queue
+
+    def load_report(self) -> dict[str, Any]:
+        """The pool's load read now, for the Proxy's heartbeats (ProxyCollector.load_report)."""
+        return self.collector.load_report()
 
     def register_into(self, registry: CollectorRegistry) -> None:
         registry.register(self.collector)

@@ -23,9 +23,8 @@ async def test_the_closed_loop_routes_by_a_summary_with_its_scrape_time(
         tmp_path: Path) -> None:
     with running_fleet("sim", SIM_POOLS, tmp_path) as fleet:
         lengths = await calibrate(fleet, 4, 20)
-        # A full batch of the largest pool takes its requests' own time, no more.
         assert lengths.service_s[0] < lengths.service_s[1]
-        assert lengths.decode_s[1] == pytest.approx(20 / 20.0, abs=0.3)
+        assert 0 < lengths.decode_s[0] < lengths.decode_s[1]
         capacities = {p.spec.proxy_id: p.spec.capacity for p in fleet.pools}
         with monitoring(fleet, 1.0, 0.5) as mon:
             async with aiohttp.ClientSession() as session:
@@ -38,10 +37,10 @@ async def test_the_closed_loop_routes_by_a_summary_with_its_scrape_time(
                 assert sampled is not None
                 assert sampled <= time.time()
                 assert sampled <= summary.generated_at + 0.001
-            for name in ("tracked", "oracle"):
-                cell = Cell(name, 0.6, 1.0, "poisson", seed=3, duration_s=6.0)
+            for name in ("tracked", "heartbeat", "oracle"):
+                cell = Cell(name, 0.6, 1.0, "poisson", seed=3, duration_s=6.0, ttl_s=0.5)
                 records, local = await run_cell(fleet, mon, POLICIES[name](), cell, lengths,
-                                                "pool-b", ttl_s=0.5)
+                                                "pool-b")
                 result = outcome(records, lengths, capacities)
                 assert result.refused == 0, [r.error or r.status for r in records]
                 assert len({r.pool for r in records}) >= 2  # the load was spread

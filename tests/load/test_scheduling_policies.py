@@ -141,3 +141,29 @@ def test_the_proxy_page_sum_reads_exact_names_only() -> None:
 
 def test_local_traffic_is_on_then_flips_every_ten_seconds() -> None:
     assert local_on_spans(60) == [(0.0, 20.0), (30.0, 40.0), (50.0, 60.0)]
+
+
+def test_the_default_sweep_runs_every_policy_at_70_and_the_core_ones_around_it() -> None:
+    from bench.scheduling.__main__ import CORE_POLICIES, parse_args, plans
+    sim, llama = plans(parse_args([]))
+    at_70 = {c.policy for c in sim.cells if c.load == 0.7}
+    assert at_70 == set(POLICIES)
+    assert {c.policy for c in sim.cells if c.load != 0.7} == set(CORE_POLICIES)
+    assert {c.policy for c in sim.cells if c.arrivals == "bursty"} == set(CORE_POLICIES)
+    # A policy that reads no summary runs once per load, with no interval or TTL.
+    assert all((c.interval_s is None) == (c.ttl_s is None) == (not POLICIES[c.policy]
+               .reads_summary) for c in (*sim.cells, *llama.cells))
+    assert sim.monitored == [(5.0, 1.0), (2.0, 1.0), (1.0, 1.0)]
+    assert llama.monitored == [(5.0, 1.0)]
+    quick, = plans(parse_args(["--quick"]))
+    assert (quick.backend, {c.policy for c in quick.cells}) == ("sim", set(CORE_POLICIES))
+
+
+async def test_heartbeat_ranks_by_the_proxies_reports_and_skips_a_missed_one() -> None:
+    def report(p: str, inflight: float) -> object:
+        return parse_pool({"schema_version": 1, "proxy_id": p, "generated_at": NOW,
+                           "load": {"capacity": float(CAPACITIES[p]), "inflight_total": inflight,
+                                    "ready_queue_depth": 0.0, "inflight_sampled_at": NOW}})
+    v = view(None)
+    v.reports = {"a": report("a", 8.0), "b": report("b", 1.0)}  # c missed its heartbeat
+    assert await picks("heartbeat", v, n=10) == Counter(b=10)

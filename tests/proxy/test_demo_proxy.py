@@ -60,6 +60,25 @@ async def test_capacity_holds_the_rest_in_the_ready_queue(make_harness: MakeHarn
                     queue="ready") == 5
 
 
+async def test_the_load_report_counts_the_ready_line_with_the_inflight(
+        make_harness: MakeHarness) -> None:
+    """GET /v1/pool_load: what the Proxy would put in its heartbeat, read live."""
+    h = await make_harness()
+    await h.register(capacity=2)
+    calls = [asyncio.create_task(h.chat(HOLD)) for _ in range(5)]
+    await eventually(lambda: h.depth("ready") == 3, "three requests waiting for a slot")
+    report = await (await h.client.get("/v1/pool_load")).json()
+    assert report["proxy_id"] == PROXY_ID
+    assert {k: report["load"][k] for k in ("inflight_total", "capacity", "ready_queue_depth",
+                                           "prepare_queue_depth")} == {
+        "inflight_total": 2.0, "capacity": 2.0, "ready_queue_depth": 3.0,
+        "prepare_queue_depth": 0.0}
+    h.engine.release()
+    await asyncio.gather(*calls)
+    report = await (await h.client.get("/v1/pool_load")).json()
+    assert (report["load"]["inflight_total"], report["load"]["ready_queue_depth"]) == (0.0, 0.0)
+
+
 async def test_client_disconnect_mid_stream_cancels_upstream_and_leaves_nothing(
         make_harness: MakeHarness) -> None:
     h = await make_harness()

@@ -11,6 +11,7 @@ from poolscope.exporters.common import catalog
 from poolscope.exporters.common.thresholds import IDLE_S
 from poolscope.exporters.proxy import ProxyExporter, UnknownInstance
 from poolscope.exporters.proxy.histogram import Histogram
+from poolscope.scheduler_bridge.client import parse_pool
 from tests.proxy.conftest import PROXY_ID, FakeClock
 
 
@@ -323,3 +324,45 @@ def test_an_alive_instance_without_a_configured_capacity_leaves_the_pool_s_absen
     assert catalog.POOL_CAPACITY.name not in published(metrics)
     clock.advance(10.0)  # both heartbeats late: nothing alive offers anything
     assert value(metrics, catalog.POOL_CAPACITY.name, source="configured") == 0.0
+
+
+# --- the load report (the Proxy's heartbeats) ----------------------------------
+
+async def test_the_load_report_holds_what_the_page_publishes_read_at_its_time(
+        exporter: ProxyExporter, metrics: CollectorRegistry, clock: FakeClock) -> None:
+    """The same inflight, capacity and queue depths as the scrape, in the summary's shape,
+    so the typed client parses it as a pool summary with only those load fields."""
+    reg = exporter.instances
+    reg.register("a", "http://a", capacity=4)
+    reg.register("b", "http://b", capacity=2)
+    waiting = [object()] * 3
+    exporter.add_queue("prepare", lambda: 0, capacity=64)
+    exporter.add_queue("ready", lambda: len(waiting), capacity=64)
+    clock.advance(1.5)
+    async with exporter.dispatch.track("a"), exporter.dispatch.track("b"):
+        report = exporter.load_report()
+        assert report["load"]["inflight_total"] == value(
+            metrics, catalog.POOL_INFLIGHT.name, source="proxy_dispatch") == 2.0
+    assert report == {"schema_version": 1, "proxy_id": PROXY_ID,
+                      "generated_at": clock.now_wall,
+                      "load": {"inflight_total": 2.0, "capacity": 6.0,
+                               "prepare_queue_depth": 0.0, "ready_queue_depth": 3.0,
+                               "inflight_sampled_at": clock.now_wall}}
+    summary = parse_pool(report)
+    assert (summary.load.inflight_total, summary.load.ready_queue_depth) == (2.0, 3.0)
+    assert summary.load.load_ratio is None  # not on this path: unknown, never 0
+
+
+def test_the_load_report_leaves_out_what_the_proxy_does_not_know(
+        exporter: ProxyExporter, clock: FakeClock) -> None:
+    """No configured capacity and no queues: those keys are absent, not 0."""
+    exporter.instances.register("a", "http://a")
+    report = exporter.load_report()
+    assert report["load"] == {"inflight_total": 0.0, "inflight_sampled_at": clock.now_wall}
+
+
+def test_the_load_report_is_of_the_summarys_schema_version() -> None:
+    """The exporters do not import the bridges; the version is kept equal here."""
+    from poolscope.bridge.summary import SCHEMA_VERSION
+    from poolscope.exporters.proxy.collector import REPORT_SCHEMA_VERSION
+    assert REPORT_SCHEMA_VERSION == SCHEMA_VERSION

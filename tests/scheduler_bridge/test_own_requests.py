@@ -39,10 +39,10 @@ def own_with_history(clock: Clock) -> OwnRequests:
 def test_in_flight_now_and_at_any_remembered_moment() -> None:
     clock = Clock()
     own = own_with_history(clock)
-    assert own.in_flight("a") == 2
+    assert own.mine_now("a") == 2
     assert [own.in_flight("a", t) for t in (999.0, 1000.0, 1004.9, 1005.0, 1012.0)] == \
         [0, 2, 2, 3, 2]
-    assert own.in_flight("never-used") == 0
+    assert (own.mine_now("never-used"), own.in_flight("never-used", 1000.0)) == (0, 0)
 
 
 def test_requests_now_replaces_mine_then_by_mine_now() -> None:
@@ -71,6 +71,8 @@ def test_unknown_inflight_or_capacity_is_no_estimate() -> None:
     assert own.requests_now(pool(inflight_total=None), 1005.0) is None
     assert own.load_now(pool(inflight_total=3.0, capacity=None), 1005.0) is None
     assert own.load_now(pool(inflight_total=3.0, capacity=0.0), 1005.0) is None
+    # Not "now": a summary whose time is unknown cannot be corrected for mine.
+    assert own.requests_now(pool(inflight_total=3.0), None) is None
 
 
 def test_a_moment_past_the_horizon_is_unknown_not_zero() -> None:
@@ -79,10 +81,25 @@ def test_a_moment_past_the_horizon_is_unknown_not_zero() -> None:
     for step in range(30):
         clock.now = 1000.0 + step
         own.sent("a")
-    assert own.in_flight("a") == 30
+    assert own.mine_now("a") == 30
     assert own.in_flight("a", 1000.5) is None  # forgotten
+    assert own.in_flight("a", 1011.0) == 12  # a horizon back is always remembered
     assert own.in_flight("a", 1028.5) == 29
     assert own.requests_now(pool(inflight_total=5.0), 1000.5) is None
+
+
+def test_a_pool_idle_for_long_still_knows_its_count_a_horizon_back() -> None:
+    """The last change before the horizon holds the count from then on: a pool last used
+    long ago has had 0 of mine in flight all the while, which is known, not forgotten."""
+    clock = Clock(0.0)
+    own = OwnRequests(horizon_s=300.0, clock=clock)
+    own.sent("a")
+    clock.now = 1.0
+    own.finished("a")
+    clock.now = 1000.0
+    own.sent("a")
+    assert [own.in_flight("a", t) for t in (700.0, 995.0, 999.9, 1000.0)] == [0, 0, 0, 1]
+    assert own.in_flight("a", 0.5) is None
 
 
 def test_finished_without_sent_is_refused() -> None:
