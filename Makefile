@@ -43,7 +43,8 @@ generate: venv
 	$(PY) -m poolscope.bridge.audit --write docs/metrics.md
 	$(PY) -m dashboards
 
-bench: setup
+# bench.scheduling runs llama.cpp's server too.
+bench: setup llama-server
 	$(PY) -m bench.run_all
 
 setup: venv system-deps

@@ -20,6 +20,7 @@ BENCHMARKS = (
     ("bench.exporter_scrape_load",),
     ("bench.propagation", "--samples", "20", "--backends", "single,federated,victoria"),
     ("bench.status_page", "--pools", "1000"),
+    ("bench.scheduling",),
 )
 
 
