@@ -209,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with running_fleet(plan.backend, specs, workdir) as fleet:
                 lengths = asyncio.run(calibrate(fleet, *TOKENS[plan.backend]))
                 calibrations[plan.backend] = lengths
-                print(f"# {plan.backend}: alone, short {lengths.service_s[0]:.2f} s, long "
-                      f"{lengths.service_s[1]:.2f} s; capacity "
+                print(f"# {plan.backend}: under a full batch, short "
+                      f"{lengths.service_s[0]:.2f} s, long {lengths.service_s[1]:.2f} s; capacity "
                       f"{sum(s.capacity for s in specs)} slots", flush=True)
                 asyncio.run(_run_plan(fleet, plan, lengths, results))
     print(f"# {len(results)} cells in {time.monotonic() - started:.0f} s", flush=True)

@@ -42,8 +42,6 @@ LOCAL_ON_SHARE = 0.8
 # mean stays the load asked for.
 BURST = BurstSpec(every=15.0, factor=2.0, length=5.0)
 BURST_MEAN = 1 + (BURST.factor - 1) * BURST.length / BURST.every
-# What the oracle sums on each Proxy's page: in flight, and waiting in its two lines.
-PROXY_HELD = ("poolscope_proxy_pool_inflight_requests", "poolscope_proxy_queue_depth")
 
 
 @dataclass(frozen=True)
@@ -143,34 +141,28 @@ def _has_content(line: bytes) -> bool:
     return bool((choices[0].get("delta") or {}).get("content"))
 
 
-def _page_sum(text: str, names: Sequence[str]) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in names:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+async def read_report(session: aiohttp.ClientSession, proxy_url: str) -> PoolSummary:
+    """A Proxy's load report (ProxyExporter.load_report), read now; raises when it has none."""
+    async with session.get(f"{proxy_url}/v1/pool_load", raise_for_status=True) as resp:
+        return parse_pool(await resp.json())
 
 
 class LiveReader:
     """The oracle's eyes: the requests each pool holds at the moment of the decision, in
-    flight and in its Proxy's lines, read off every Proxy's own page. The Proxy hands an
-    Instance no more than its slots, so what it has in flight is what the engines run
-    (and wait on, which the sim's and llama.cpp's pages would add nothing to); llama.cpp
-    answers /metrics only between two decode steps, which would delay each decision by
-    the reads themselves."""
+    flight and in its Proxy's lines, from every Proxy's load report read then. The Proxy
+    hands an Instance no more than its slots, so what it has in flight is what the
+    engines run (and wait on, which the sim's and llama.cpp's pages would add nothing
+    to); llama.cpp answers /metrics only between two decode steps, which would delay
+    each decision by the reads themselves."""
 
     def __init__(self, fleet: Fleet, session: aiohttp.ClientSession) -> None:
-        self._urls = {p.spec.proxy_id: f"{p.proxy_url}/metrics" for p in fleet.pools}
+        self._urls = {p.spec.proxy_id: p.proxy_url for p in fleet.pools}
         self._session = session
 
-    async def _held(self, url: str) -> float:
-        async with self._session.get(url) as resp:
-            return _page_sum(await resp.text(), PROXY_HELD)
-
-    async def __call__(self) -> Mapping[str, float]:
-        held = await asyncio.gather(*(self._held(u) for u in self._urls.values()))
-        return dict(zip(self._urls, held, strict=True))
+    async def __call__(self) -> Mapping[str, float | None]:
+        reports = await asyncio.gather(*(read_report(self._session, u)
+                                         for u in self._urls.values()))
+        return {p: OwnRequests.held(r) for p, r in zip(self._urls, reports, strict=True)}
 
 
 class SnapshotFeed:
@@ -205,15 +197,14 @@ class ReportFeed:
     """Every Proxy's load report, read every `every_s` as its heartbeats would bring it."""
 
     def __init__(self, fleet: Fleet, session: aiohttp.ClientSession, every_s: float) -> None:
-        self._urls = {p.spec.proxy_id: f"{p.proxy_url}/v1/pool_load" for p in fleet.pools}
+        self._urls = {p.spec.proxy_id: p.proxy_url for p in fleet.pools}
         self._session = session
         self._every = every_s
         self.reports: dict[str, PoolSummary] = {}
 
     async def _read(self, proxy_id: str, url: str) -> None:
         try:
-            async with self._session.get(url, raise_for_status=True) as resp:
-                self.reports[proxy_id] = parse_pool(await resp.json())
+            self.reports[proxy_id] = await read_report(self._session, url)
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
             self.reports.pop(proxy_id, None)  # a missed heartbeat: unknown, not idle
 
@@ -249,8 +240,11 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, 
         feed = None
         feeds: list[asyncio.Task[None]] = []
         if monitoring is not None:
+            if cell.ttl_s is None:
+                raise ValueError(f"a cell read at a {monitoring.interval_s:g} s interval "
+                                 "needs the bridge's cache TTL")
             feed = SnapshotFeed(SchedulerBridgeClient(monitoring.bridge_url, session),
-                                cell.ttl_s or 1.0, cell.delay_s)
+                                cell.ttl_s, cell.delay_s)
             feeds.append(asyncio.create_task(feed.run()))
         live = LiveReader(fleet, session)
         reports = ReportFeed(fleet, session, HEARTBEAT_S)
@@ -337,11 +331,11 @@ async def calibrate(fleet: Fleet, short_tokens: int, long_tokens: int) -> Length
                        for _ in range(pool.spec.capacity)]
             await asyncio.gather(*(send(session, pool.proxy_url, tokens, r, start)
                                    for r in records))
-            if not all(r.ok and r.first_token is not None for r in records):
+            runs = sorted((r.end, r.end - r.first_token) for r in records
+                          if r.ok and r.end is not None and r.first_token is not None)
+            if len(runs) < len(records):
                 raise RuntimeError("calibration request failed: HTTP "
                                    f"{sorted({r.status for r in records})}")
-            runs = sorted((r.end or 0.0, (r.end or 0.0) - (r.first_token or 0.0))
-                          for r in records)
             service.append(runs[len(runs) // 2][0])
             decode.append(runs[len(runs) // 2][1])
     return Lengths(short_tokens, long_tokens, (service[0], service[1]), (decode[0], decode[1]))

@@ -28,7 +28,8 @@ def latency_over_time(results: Sequence[tuple[Row, list[Record]]], out: Path) ->
         if abs(cell.load - PLOTTED_LOAD) > 1e-9 or cell.seed != first_seed or cell.delay_s:
             continue
         key = (row.backend, cell.policy)
-        interval = cell.interval_s or 0.0
+        # A policy that reads no summary has one cell (no interval); else the largest.
+        interval = -1.0 if cell.interval_s is None else cell.interval_s
         if key not in chosen or interval >= chosen[key][0]:
             chosen[key] = (interval, records)
     if not chosen:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from poolscope.scheduler_bridge.client import BridgeSnapshot, PoolSummary
 from poolscope.scheduler_bridge.own_requests import OwnRequests, measured_at
 
-# The live count of requests each pool holds, read at the decision (the oracle's view).
-LiveRead = Callable[[], Awaitable[Mapping[str, float]]]
+# The live count of requests each pool holds, read at the decision (the oracle's view);
+# None where a Proxy reports no inflight.
+LiveRead = Callable[[], Awaitable[Mapping[str, float | None]]]
 
 
 @dataclass
@@ -179,7 +180,8 @@ class Oracle(Policy):
 
     async def choose(self, view: View) -> str:
         live = await view.live()
-        return _least(view, {p: (live[p] + 1) / c for p, c in view.capacities.items()})
+        return _least(view, {p: None if live[p] is None else (live[p] + 1) / c
+                             for p, c in view.capacities.items()})
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (

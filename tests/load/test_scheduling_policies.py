@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from bench.scheduling.loop import Lengths, Record, _page_sum, local_on_spans
+from bench.scheduling.loop import Lengths, Record, local_on_spans
 from bench.scheduling.outcome import herding, outcome, percentile
 from bench.scheduling.policies import POLICIES, View
 from poolscope.scheduler_bridge.client import BridgeSnapshot, parse_pool
@@ -104,6 +104,11 @@ async def test_the_oracle_ranks_by_what_the_pools_hold_now_over_capacity() -> No
     assert await picks("oracle", view(None, live=live), n=5) == Counter(c=5)
 
 
+    async def c_unreported() -> Mapping[str, float | None]:
+        return {"a": 7.0, "b": 2.0, "c": None}
+    assert await picks("oracle", view(None, live=c_unreported), n=5) == Counter(b=5)
+
+
 def test_percentile_is_nearest_rank() -> None:
     values = list(range(1, 101))
     assert [percentile(values, q) for q in (50, 95, 99, 100)] == [50, 95, 99, 100]
@@ -127,16 +132,6 @@ def test_outcome_subtracts_each_request_its_own_decode_time() -> None:
     assert o.queue_wait[0] == pytest.approx((0.1 + 2.1) / 2)
     assert o.queued_share == pytest.approx(0.5)  # the long one waited 2 s for its first token
     assert o.latency[0] == pytest.approx((0.6 + 7.1) / 2)
-
-
-def test_the_proxy_page_sum_reads_exact_names_only() -> None:
-    page = ("# HELP poolscope_proxy_queue_depth x\n"
-            'poolscope_proxy_pool_inflight_requests{proxy_id="a",source="proxy_dispatch"} 3.0\n'
-            'poolscope_proxy_queue_depth{proxy_id="a",queue="prepare"} 1.0\n'
-            'poolscope_proxy_queue_depth{proxy_id="a",queue="ready"} 2.0\n'
-            'poolscope_proxy_queue_depth_seconds{proxy_id="a"} 9.0\n')
-    assert _page_sum(page, ("poolscope_proxy_pool_inflight_requests",
-                            "poolscope_proxy_queue_depth")) == 6.0
 
 
 def test_local_traffic_is_on_then_flips_every_ten_seconds() -> None:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.support.polling import eventually
-from tests.support.prometheus import RULE_FILES, Prometheus, running_prometheus, scrape_config
+from tests.support.prometheus import History, recording, scrape_config
 
 pytestmark = pytest.mark.integration
 
@@ -77,52 +76,36 @@ class SteadyCounters(BaseHTTPRequestHandler):
         pass
 
 
-@dataclass
-class Run:
-    prom: Prometheus
-    since: float  # before Prometheus started: its whole history is later
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     workdir = tmp_path_factory.mktemp("rates")
     server = ThreadingHTTPServer(("127.0.0.1", 0), SteadyCounters)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         target = f"127.0.0.1:{server.server_address[1]}"
-        since = time.time()
-        with running_prometheus(workdir, [scrape_config("steady", [target])],
-                                rule_files=RULE_FILES) as prom:
-            yield Run(prom, since)
+        with recording(workdir, [scrape_config("steady", [target])]) as history:
+            yield history
     finally:
         server.shutdown()
         server.server_close()
 
 
-def samples(prom: Prometheus, selector: str, since: float) -> list[tuple[float, float]]:
-    """Every stored sample of `selector` from `since` on, as (timestamp, value)."""
-    window = f"{int(time.time() - since) + 5}s"
-    found = [(float(t), float(v)) for s in prom.query(f"{selector}[{window}]")
-             for t, v in s["values"]]
-    return sorted((t, v) for t, v in found if t >= since)
-
-
-def recorded_after(prom: Prometheus, since: float, n: int) -> None:
-    """Wait until every rate rollup of the pool was recorded `n` times since `since`."""
+def recorded_after(history: History, n: int) -> None:
+    """Wait until every rate rollup of the pool was recorded `n` times."""
     for rollup, *_ in RATES:
         selector = f'{rollup}{{proxy_id="{POOL}"}}'
-        eventually(lambda s=selector: len(samples(prom, s, since)), lambda k: k >= n, WAIT_S,
+        eventually(lambda s=selector: len(history.samples(s)), lambda k: k >= n, WAIT_S,
                    f"{selector} recorded {n} times")
 
 
-def evaluations(prom: Prometheus, since: float) -> dict[str, list[tuple[float, float | None]]]:
-    """For each rate rollup: every evaluation of its group since `since`, with the
+def evaluations(history: History) -> dict[str, list[tuple[float, float | None]]]:
+    """For each rate rollup: every evaluation of its group since it started, with the
     rate it recorded (None: absent)."""
     out = {}
     for rollup, _, gauge, _ in RATES:
-        rates = dict(samples(prom, f'{rollup}{{proxy_id="{POOL}"}}', since))
-        evals = [t for t, _ in samples(prom, f'{gauge}{{proxy_id="{POOL}"}}', since)]
+        rates = dict(history.samples(f'{rollup}{{proxy_id="{POOL}"}}'))
+        evals = [t for t, _ in history.samples(f'{gauge}{{proxy_id="{POOL}"}}')]
         assert rates.keys() <= set(evals), (rollup, sorted(rates.keys() - set(evals)))
         out[rollup] = [(t, rates.get(t)) for t in evals]
     return out
@@ -136,12 +119,11 @@ def assert_within_bounds(evals: dict[str, list[tuple[float, float | None]]]) -> 
         assert off == [], (rollup, off)
 
 
-def test_no_rate_until_its_window_is_covered_then_at_most_12_5_percent_low(run: Run) -> None:
-    prom = run.prom
-    recorded_after(prom, run.since, 3)
-    evals = evaluations(prom, run.since)
+def test_no_rate_until_its_window_is_covered_then_at_most_12_5_percent_low(run: History) -> None:
+    recorded_after(run, 3)
+    evals = evaluations(run)
     for rollup, counter, _, _ in RATES:
-        start = samples(prom, f'{counter}{{proxy_id="{POOL}"}}', run.since)[0][0]
+        start = run.samples(f'{counter}{{proxy_id="{POOL}"}}')[0][0]
         early = [(round(t - start, 3), v) for t, v in evals[rollup] if t < start + COVERED_S]
         # rate() alone recorded a value at each of these, from ~3% of the truth up.
         assert [(t, v) for t, v in early if v is not None] == [], rollup

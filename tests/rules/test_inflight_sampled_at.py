@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import aiohttp
 import pytest
@@ -26,7 +24,7 @@ from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 from tests.support.polling import eventually
-from tests.support.prometheus import RULE_FILES, Prometheus, running_prometheus, scrape_config
+from tests.support.prometheus import History, recording, scrape_config
 from tests.support.static_http import serving
 
 pytestmark = pytest.mark.integration
@@ -53,39 +51,24 @@ PAGES = {
 }
 
 
-@dataclass
-class Run:
-    prom: Prometheus
-    since: float  # before Prometheus started: its whole history is later
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     workdir = tmp_path_factory.mktemp("sampled_at")
     with contextlib.ExitStack() as pages:
         urls = {name: pages.enter_context(serving(body.encode()))
                 for name, body in PAGES.items()}
         jobs = [scrape_config(name, [url.removeprefix("http://").removesuffix("/metrics")])
                 for name, url in urls.items()]
-        since = time.time()
-        with running_prometheus(workdir, jobs, rule_files=RULE_FILES) as prom:
+        with recording(workdir, jobs) as history:
             for pool in (PROXY_POOL, ENGINE_POOL):
-                eventually(lambda p=pool: len(stored(prom, f'{ROLLUP}{{proxy_id="{p}"}}', since)),
+                eventually(lambda p=pool: len(history.samples(f'{ROLLUP}{{proxy_id="{p}"}}')),
                            lambda n: n >= EVALUATIONS, WAIT_S,
                            f"{ROLLUP} of {pool} recorded {EVALUATIONS} times")
-            yield Run(prom, since)
+            yield history
 
 
-def stored(prom: Prometheus, selector: str, since: float) -> list[tuple[float, float]]:
-    """Every stored sample of `selector` from `since` on, as (timestamp, value)."""
-    window = f"{int(time.time() - since) + 5}s"
-    found = [(float(t), float(v)) for s in prom.query(f"{selector}[{window}]")
-             for t, v in s["values"]]
-    return sorted((t, v) for t, v in found if t >= since)
-
-
-def stamps(prom: Prometheus, selector: str, since: float) -> list[float]:
-    return [t for t, _ in stored(prom, selector, since)]
+def stamps(history: History, selector: str) -> list[float]:
+    return [t for t, _ in history.samples(selector)]
 
 
 def newest(scrapes: list[float], cutoff: float) -> float | None:
@@ -93,16 +76,16 @@ def newest(scrapes: list[float], cutoff: float) -> float | None:
     return seen[-1] if seen else None
 
 
-def check(run: Run, pool: str, members: dict[str, str]) -> None:
+def check(run: History, pool: str, members: dict[str, str]) -> None:
     """Each evaluation recorded the oldest of the members' newest scrapes it saw.
 
     An evaluation's cutoff is uncertain by a scrape in flight (Prometheus.cutoffs_seen_at):
     the value must match one of the cutoffs it may have had.
     """
     prom = run.prom
-    scrapes = {name: stamps(prom, selector, run.since) for name, selector in members.items()}
+    scrapes = {name: stamps(run, selector) for name, selector in members.items()}
     inputs = list(members.values())
-    recorded = stored(prom, f'{ROLLUP}{{proxy_id="{pool}"}}', run.since)
+    recorded = run.samples(f'{ROLLUP}{{proxy_id="{pool}"}}')
     assert len(recorded) >= EVALUATIONS
     for evaluated, value in recorded:
         expected = set()
@@ -117,14 +100,14 @@ def check(run: Run, pool: str, members: dict[str, str]) -> None:
     assert any(value != evaluated for evaluated, value in recorded), pool
 
 
-def test_an_embedded_proxys_inflight_is_timed_by_its_scrape(run: Run) -> None:
+def test_an_embedded_proxys_inflight_is_timed_by_its_scrape(run: History) -> None:
     check(run, PROXY_POOL,
           {"proxy": f'{PROXY_INFLIGHT}{{proxy_id="{PROXY_POOL}",source="proxy_dispatch"}}'})
     [series] = run.prom.query(f'{ROLLUP}{{proxy_id="{PROXY_POOL}"}}')
     assert series["metric"]["source"] == "proxy_dispatch"
 
 
-def test_the_engine_stand_in_is_timed_by_its_oldest_members_scrape(run: Run) -> None:
+def test_the_engine_stand_in_is_timed_by_its_oldest_members_scrape(run: History) -> None:
     members = {m: f'{RUNNING}{{proxy_id="{ENGINE_POOL}",instance_id="{m}"}}' for m in ("e1", "e2")}
     check(run, ENGINE_POOL, members)
     [series] = run.prom.query(f'{ROLLUP}{{proxy_id="{ENGINE_POOL}"}}')
@@ -132,7 +115,7 @@ def test_the_engine_stand_in_is_timed_by_its_oldest_members_scrape(run: Run) -> 
 
 
 async def test_the_bridge_serves_the_rollup_as_the_clients_inflight_sampled_at(
-        run: Run) -> None:
+        run: History) -> None:
     app = create_app(Settings(backends=(run.prom.url,), cache_ttl_s=0.0, answer_within_s=30.0),
                      registry=CollectorRegistry())
     server = TestServer(app, host="127.0.0.1")

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -132,3 +133,26 @@ def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
     finally:
         stop_group(proc)
         log.close()
+
+
+@dataclass
+class History:
+    """A Prometheus and a time just before it started: its whole history is later."""
+
+    prom: Prometheus
+    since: float
+
+    def samples(self, selector: str) -> list[tuple[float, float]]:
+        """Every stored sample of `selector`, as (timestamp, value), oldest first."""
+        window = f"{int(time.time() - self.since) + 5}s"
+        found = [(float(t), float(v)) for s in self.prom.query(f"{selector}[{window}]")
+                 for t, v in s["values"]]
+        return sorted((t, v) for t, v in found if t >= self.since)
+
+
+@contextmanager
+def recording(workdir: Path, scrape_configs: Sequence[dict[str, Any]]) -> Iterator[History]:
+    """running_prometheus with the rule files, and the time before it started."""
+    since = time.time()
+    with running_prometheus(workdir, scrape_configs) as prom:
+        yield History(prom, since)
