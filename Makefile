@@ -1,10 +1,11 @@
 # Poolscope: `make demo` runs the stack locally, `make test` runs the suite.
 # Both set up what is missing first: a .venv with the Python dependencies and
-# Debian's packages: prometheus (brings promtool), victoria-metrics (vmalert,
-# vmagent), prometheus-node-exporter (the benchmark's anchor) and chromium
-# (renders the console page and /status in tests), cmake and g++ to build
-# llama.cpp's server for the live-engine test, and openssl (the TLS tests'
-# certificates); python3-venv first, where Debian's Python lacks it.
+# Debian's packages: prometheus (brings promtool), prometheus-alertmanager
+# (alertmanager and amtool: the alert delivery test, the example config's check),
+# victoria-metrics (vmalert, vmagent), prometheus-node-exporter (the benchmark's
+# anchor) and chromium (renders the console page and /status in tests), cmake and
+# g++ to build llama.cpp's server for the live-engine test, and openssl (the TLS
+# tests' certificates); python3-venv first, where Debian's Python lacks it.
 
 PYTHON ?= python3
 VENV := .venv
@@ -91,11 +92,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
-# Installs only what is missing; PROMETHEUS_BIN / PROMTOOL_BIN override PATH.
+# Installs only what is missing; PROMETHEUS_BIN / PROMTOOL_BIN / ALERTMANAGER_BIN /
+# AMTOOL_BIN override PATH (tests/support/prometheus.py, binary()).
 system-deps:
 	@missing=""; \
 	[ -x "$$(command -v $${PROMETHEUS_BIN:-prometheus})" ] || missing="$$missing prometheus"; \
 	[ -x "$$(command -v $${PROMTOOL_BIN:-promtool})" ] || missing="$$missing prometheus"; \
+	[ -x "$$(command -v $${ALERTMANAGER_BIN:-prometheus-alertmanager})" ] || \
+	  missing="$$missing prometheus-alertmanager"; \
+	[ -x "$$(command -v $${AMTOOL_BIN:-amtool})" ] || missing="$$missing prometheus-alertmanager"; \
 	command -v vmalert >/dev/null || missing="$$missing victoria-metrics"; \
 	command -v prometheus-node-exporter >/dev/null || missing="$$missing prometheus-node-exporter"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \

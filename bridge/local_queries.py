@@ -46,13 +46,19 @@ RAW_FAMILIES: tuple[c.Family, ...] = (
     c.COLLECTOR_SUCCESS, c.COLLECTOR_ERRORS, c.COLLECTOR_UNAVAILABLE, c.COLLECTOR_SAMPLE_AGE,
 )
 RAW_NAMES: tuple[str, ...] = (*(f.name for f in RAW_FAMILIES), UP)
-# Names go into a regex unescaped (as in bridge/queries.py).
-if not all(re.fullmatch(r"[a-z0-9_:]+", n) for n in RAW_NAMES):
-    raise ValueError(f"a series name needs regex escaping: {RAW_NAMES}")
 
 WAIT = c.PROXY_QUEUE_WAIT.name
 # An error reason that grew within this window is a current cause.
 RECENT_ERRORS_WINDOW = "1m"
+
+
+def names_selector(names: Sequence[str], *matchers: str) -> str:
+    """One selector for every series named in `names` (and `matchers`): one query reads
+    them all at one instant, rather than one query per name."""
+    # Names go into a regex unescaped (as in bridge/queries.py).
+    if not all(re.fullmatch(r"[a-z0-9_:]+", n) for n in names):
+        raise ValueError(f"a series name needs regex escaping: {names}")
+    return "{" + ",".join((f'__name__=~"{"|".join(names)}"', *matchers)) + "}"
 
 
 def _named(name: str, expr: str) -> str:
@@ -92,7 +98,7 @@ class LocalQueries:
     def for_pool(cls, proxy_id: str) -> LocalQueries:
         pool = pool_matcher(proxy_id)
         return cls(
-            raw=f'{{__name__=~"{"|".join(RAW_NAMES)}",{pool}}}',
+            raw=names_selector(RAW_NAMES, pool),
             per_instance=_per_instance(pool),
             # 0 / 0 is NaN, which parses as null: no traffic, no mean wait.
             queue_wait=(f"rate({WAIT}_sum{{{pool}}}[1m]) / rate({WAIT}_count{{{pool}}}[1m])"),

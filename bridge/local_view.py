@@ -82,7 +82,7 @@ class LocalView:
                                    collector=name))
         lifetime = _reasons(matching(
             self.series.of(instance_id).get(c.COLLECTOR_ERRORS.name, []), collector=name))
-        return {"success": _flag(success),
+        return {"success": as_flag(success),
                 "reasons": recent or lifetime,
                 "reasons_over": RECENT_ERRORS_WINDOW if recent else "lifetime"}
 
@@ -95,7 +95,7 @@ class LocalView:
             "generated_at": self.evaluated_at,
             "detail": "local",
             "proxy": {"reporting": self.proxy_reporting, "gateway": self.gateway,
-                      "collector_success": _flag(one(
+                      "collector_success": as_flag(one(
                           self.series.pool.get(c.PROXY_COLLECTOR_SUCCESS.name, []))),
                       "scrape_targets": self.targets()},
             "instances": [self.instance(i) for i in self.instance_ids],
@@ -116,7 +116,7 @@ class LocalView:
             # Not in the Proxy's registry is a fact only while the Proxy reports it.
             "registered": (registered == 1 if registered is not None
                            else (False if self.proxy_reporting else None)),
-            "alive": _flag(get(c.PROXY_INSTANCE_ALIVE.name)),
+            "alive": as_flag(get(c.PROXY_INSTANCE_ALIVE.name)),
             "heartbeat_age_s": get(c.PROXY_INSTANCE_HEARTBEAT_AGE.name),
             # Its exporter answers Prometheus now; false: it did within the member
             # memory and no longer does (how a pool without a Proxy exporter goes stale).
@@ -128,7 +128,7 @@ class LocalView:
             "cpu_percent": _scaled(get(c.HOST_CPU_UTILIZATION.name), PERCENT),
             "memory_used_ratio": _ratio(get(c.HOST_MEMORY_USED.name),
                                         get(c.HOST_MEMORY_TOTAL.name)),
-            "gpu_devices": _count(get(c.GPU_DEVICES.name)),
+            "gpu_devices": as_count(get(c.GPU_DEVICES.name)),
             "gpus": _gpus(s),
             "network_rx_mbps": _scaled(get(NETWORK_RX_RULE), BYTES_PER_S_TO_MBPS),
             "network_tx_mbps": _scaled(get(NETWORK_TX_RULE), BYTES_PER_S_TO_MBPS),
@@ -158,7 +158,8 @@ class LocalView:
         }
 
 
-def _flag(value: float | None) -> bool | None:
+def as_flag(value: float | None) -> bool | None:
+    """A 0/1 series as a verdict; None when absent or ambiguous (unknown, not false)."""
     return None if value is None else value == 1
 
 
@@ -172,7 +173,9 @@ def _ratio(used: float | None, total: float | None) -> float | None:
     return used / total
 
 
-def _count(value: float | None) -> int | None:
+def as_count(value: float | None) -> int | None:
+    """A series that counts things; None unless a whole number of them (a NaN, a
+    negative or a fraction is no count)."""
     if value is None or value < 0 or not value.is_integer():
         return None
     return int(value)
@@ -210,7 +213,7 @@ def _gpus(s: Mapping[str, list[Sample]]) -> list[dict[str, Any]]:
         ok = healthy == 1
         out.append({
             "gpu": labels.get("gpu"), "gpu_uuid": uuid, "gpu_model": labels.get("gpu_model"),
-            "healthy": _flag(healthy),
+            "healthy": as_flag(healthy),
             "util_percent": _scaled(one(s.get(c.GPU_UTILIZATION.name, []), gpu_uuid=uuid),
                                     PERCENT) if ok else None,
             "memory_used_ratio": _ratio(

@@ -26,7 +26,7 @@ TEMPLATES = RULES / "src"
 DOC = REPO / "docs" / "thresholds.md"
 SOURCE = Path(thresholds.__file__)
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)(:duration)?\}")
-RECORD = re.compile(r"^\s*- record:\s*(\S+)")
+RECORD = re.compile(r"^\s*- (?:record|alert):\s*(\S+)")
 GROUP = re.compile(r"^\s*- name:")
 
 Value = float | str

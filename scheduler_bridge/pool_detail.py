@@ -62,12 +62,18 @@ def checked_pool(request: web.Request, served: Served) -> str:
     return proxy_id
 
 
+def rollups_time(served: Served) -> float:
+    """When the rules wrote the snapshot's rollups (else when it was read): what a read
+    of raw series asks about, so that its rows and the pools' counts share samples."""
+    return served.snapshot.rollups_at or served.snapshot.generated_at
+
+
 async def detail_document(app: web.Application, served: Served, proxy_id: str,
                           ) -> dict[str, Any]:
     """The pool's summary, Instances and trend, each read part or its failure. The
     Instances are read as of when the rules wrote the summary's rollups, so a row and
     the pool's counts come from the same samples."""
-    at = served.snapshot.rollups_at or served.snapshot.generated_at
+    at = rollups_time(served)
     local, trends = await asyncio.gather(
         read_local(app[API].samples, LocalQueries.for_pool(proxy_id), at),
         app[TRENDS].read(at, proxy_id), return_exceptions=True)

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import settings
 
 from deploy.demo.processes import PORT_RANGE_ENV, ProcessGroup
+from tests.support.alertmanager import running_alertmanager
 from tests.support.chromium import chromium
 from tests.support.cluster import demo_cluster
 from tests.support.commands import command_process
@@ -30,7 +31,7 @@ settings.load_profile("poolscope")
 TESTS = Path(__file__).parent
 STACK_DIRS = frozenset({"integration", "live", "load", "scale"})
 REAL_SERVERS = (ProcessGroup, binary, chromium, command_process, demo_cluster,
-                running_prometheus)
+                running_alertmanager, running_prometheus)
 
 
 def _needs_real_servers(item: pytest.Item) -> bool:

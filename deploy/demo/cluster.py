@@ -89,8 +89,7 @@ def prometheus_config(workdir: Path, interval: float, pools: Sequence[Pool],
     """Write file_sd target files and prometheus.yml; return the config path."""
     sd = workdir / "file_sd"
     sd.mkdir(exist_ok=True)
-    instances = [{"targets": [u.removeprefix("http://") for u in pool.exporter_urls],
-                  "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
+    instances = instance_targets(pools)
     proxies = [{"targets": [pool.proxy_url.removeprefix("http://")],
                 "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
     (sd / "instances.json").write_text(json.dumps(instances, indent=1))
@@ -117,6 +116,14 @@ def prometheus_config(workdir: Path, interval: float, pools: Sequence[Pool],
     return path
 
 
+def instance_targets(pools: Sequence[Pool]) -> list[dict[str, object]]:
+    """The Instance exporters as file_sd entries, labelled as deploy/prometheus' targets
+    are, so that `up` names the Instance that went dark (the alerts read it)."""
+    return [{"targets": [url.removeprefix("http://")],
+             "labels": {"proxy_id": pool.proxy_id, "instance_id": instance_id_of(pool.proxy_id, k)}}
+            for pool in pools for k, url in enumerate(pool.exporter_urls)]
+
+
 def simulated_gpus(pool: int, instance: int, flaky_period_s: float) -> tuple[str, ...]:
     """Two GPU models across the fleet, alternating by Instance; the first Instance's
     second GPU fails its reads now and then, so an unhealthy GPU shows."""
@@ -140,7 +147,7 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
         wait_ready(f"{proxy_url}/healthz", child)
         exporters = []
         for i in range(args.instances):
-            instance_id = f"{proxy_id}-inst-{i + 1}"
+            instance_id = instance_id_of(proxy_id, i)
             engine_port, exporter_port = port_or_free(0), port_or_free(0)
             engine = group.start_python(
                 engine_name(instance_id), "deploy.demo.engine_sim",
@@ -164,6 +171,12 @@ def start_pools(group: ProcessGroup, args: argparse.Namespace) -> list[Pool]:
             exporters.append(exporter_url)
         pools.append(Pool(proxy_id, proxy_url, tuple(exporters)))
     return pools
+
+
+def instance_id_of(proxy_id: str, index: int) -> str:
+    """The demo's naming, which tests and benchmarks reuse: the k-th Instance (from 0) of
+    pool p is p-inst-(k+1)."""
+    return f"{proxy_id}-inst-{index + 1}"
 
 
 def engine_name(instance_id: str) -> str:
@@ -207,8 +220,10 @@ def running_cluster(args: argparse.Namespace) -> Iterator[Cluster]:
         prom_url = f"http://127.0.0.1:{prom_port}"
         sched_port = port_or_free(args.scheduler_bridge_port)
         sched_url = f"http://127.0.0.1:{sched_port}"
+        # Prometheus scrapes itself, as deploy/prometheus does: the alerts on the rules read it.
         config = prometheus_config(workdir, args.scrape_interval, pools,
-                                   {"poolscope-scheduler-bridge": f"127.0.0.1:{sched_port}"})
+                                   {"poolscope-scheduler-bridge": f"127.0.0.1:{sched_port}",
+                                    "prometheus": f"127.0.0.1:{prom_port}"})
         prom = group.start("prometheus", [
             prometheus_binary(args.prometheus_bin), f"--config.file={config}",
             f"--storage.tsdb.path={workdir / 'prometheus-data'}",

@@ -66,3 +66,39 @@ is saturated."""
 RATIO_WARN = 0.8
 """The dashboards show a ratio whose healthy limit is 1 (load, saturation, queue
 pressure) amber from here, red at 1."""
+
+ALERT_INTERVAL_S = 3 * SCRAPE_INTERVAL_S
+"""How often the alert groups evaluate: their windows are minutes, so evaluating them at a
+third of the rollups' rate costs a third as much and delays an alert by seconds."""
+
+ALERT_DOWN_S = 120.0
+"""How long a scrape target stays down, a source silent or a pool's data missing before
+its alert fires: a restart or a rolling update takes less."""
+
+ALERT_FAILING_S = 300.0
+"""How long a collector keeps failing, or a GPU unhealthy, before its alert fires: one
+failed read of a busy engine or device is not a fault."""
+
+ALERT_DEGRADED_S = 600.0
+"""How long a pool may have stale members or alive members without fresh resource
+data (a data_quality of partial for a cause that is a fault) before its alert fires."""
+
+ALERT_SATURATED_S = 600.0
+"""How long a pool stays saturated, or its Proxy keeps turning requests away, before
+its alert fires: a burst the queues absorb is not a capacity problem."""
+
+ALERT_ROLLUPS_S = 60.0
+"""How long the rollups may be missing, late (older than FRESH_S: what the bridges serve
+marked stale) or failing to evaluate before their alert fires."""
+
+IDLE_GPUS_S = 3600.0
+"""How long an Instance holding GPUs has had no dispatch before an info alert names it
+as one to consider stopping (it is idle from IDLE_S on; this is a decision for a person)."""
+
+ALERT_JOBS = ".*poolscope.*"
+"""The scrape jobs whose targets the alerts watch, as a regex on `job`: the deploy
+configs name every job poolscope-*, the Prometheus Operator <namespace>/poolscope-*."""
+
+RUNBOOK_URL = "https://github.com/poolscope/poolscope/blob/main/docs/runbooks.md"
+"""Where every alert's runbook_url points (one anchor per alert): change it where your
+operators read the docs, then run `make generate`."""

@@ -1,5 +1,7 @@
-"""`poolscope-status [POOL]`: the fleet on one screen, or one pool drilled into (its
-Instances, their GPUs, its last 15 minutes), read from the Scheduler bridge.
+"""`poolscope-status [POOL | --idle]`: the fleet on one screen, one pool drilled into
+(its Instances, their GPUs, its last 15 minutes), or what can be stopped (the
+Instances idle past the idle threshold and the GPUs they hold), read from the
+Scheduler bridge.
 
 It reads the bridge rather than Prometheus so that it shows exactly what the
 Scheduler is served, snapshot for snapshot; a pool's Instances and trend are what the
@@ -28,6 +30,9 @@ from urllib.parse import quote
 import aiohttp
 
 from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient
+from poolscope.scheduler_bridge.idle_instances import ROUTE as IDLE_ROUTE
+from poolscope.scheduler_bridge.status.idle_text import render_idle_text
+from poolscope.scheduler_bridge.status.idle_view import IdleView, parse_idle_view
 from poolscope.scheduler_bridge.status.model import FleetView, build_view
 from poolscope.scheduler_bridge.status.pool_view import PoolDetailView, build_pool_detail
 from poolscope.scheduler_bridge.status.text import Style, render_pool_text, render_text
@@ -67,8 +72,9 @@ def watch_interval(text: str) -> float:
 def build_parser() -> ServiceParser:
     p = ServiceParser(
         prog=PROG, description="Every pool's load, Instances and GPU capacity on one screen, "
-                               "or one pool's Instances, GPUs and last 15 minutes, from "
-                               "the Scheduler bridge. '?' is unknown, never zero.")
+                               "one pool's Instances, GPUs and last 15 minutes, or what "
+                               "can be stopped (--idle), from the Scheduler bridge. '?' is "
+                               "unknown, never zero.")
     p.add_argument("pool", nargs="?", type=identifier, metavar="POOL",
                    help="drill into this pool (its proxy_id)")
     p.add_argument("--bridge-url", type=http_url, default=DEFAULT_URL, metavar="URL",
@@ -77,6 +83,9 @@ def build_parser() -> ServiceParser:
                    help="send 'Authorization: Bearer <token>' with the token in F")
     p.add_argument("--timeout", type=positive_float, default=5.0, metavar="S",
                    help="seconds to wait for the bridge (default %(default)g)")
+    p.add_argument("--idle", action="store_true",
+                   help="what can I stop: the Instances idle past the idle threshold, the "
+                        "GPUs they hold per model, and apart those whose idleness is unknown")
     p.add_argument("--json", action="store_true",
                    help="print the view as JSON (one document per refresh under --watch)")
     p.add_argument("--watch", type=watch_interval, nargs="?", const=WATCH_DEFAULT_S,
@@ -88,14 +97,18 @@ def build_parser() -> ServiceParser:
     return p
 
 
-View = FleetView | PoolDetailView
+View = FleetView | PoolDetailView | IdleView
 
 
-async def read_view(client: SchedulerBridgeClient, url: str, pool: str | None) -> View:
-    """The fleet, or POOL's drill-down; the fleet's trends are left out of the terminal
-    view, which has no room for them beside the bars."""
-    what = "pool snapshot" if pool is None else f"drill-down of pool {pool}"
+async def read_view(client: SchedulerBridgeClient, url: str, pool: str | None,
+                    idle: bool) -> View:
+    """The fleet, what can be stopped in it, or POOL's drill-down; the fleet's trends
+    are left out of the terminal view, which has no room for them beside the bars."""
+    what = ("idle Instances" if idle else "pool snapshot" if pool is None
+            else f"drill-down of pool {pool}")
     try:
+        if idle:
+            return parse_idle_view(await client.get(IDLE_ROUTE))
         if pool is None:
             return build_view(await client.snapshot())
         doc: Any = await client.get(f"/debug/pool_detail/{quote(pool, safe='')}")
@@ -122,6 +135,8 @@ def render(view: View, as_json: bool, out: TextIO) -> str:
                   colour=tty and "NO_COLOR" not in os.environ, unicode=unicode)
     if isinstance(view, PoolDetailView):
         return render_pool_text(view, style)
+    if isinstance(view, IdleView):
+        return render_idle_text(view, style)
     return render_text(view, style)
 
 
@@ -131,7 +146,7 @@ async def run(args: argparse.Namespace, token: str | None, out: TextIO) -> int:
                                        timeout_s=args.timeout)
         if args.watch is None:
             try:
-                view = await read_view(client, args.bridge_url, args.pool)
+                view = await read_view(client, args.bridge_url, args.pool, args.idle)
             except ReadFailed as e:
                 print(f"{PROG}: {e}", file=sys.stderr)
                 return 1
@@ -161,7 +176,7 @@ async def _redraw(client: SchedulerBridgeClient, args: argparse.Namespace, out: 
     shown = 0
     while not stopped.is_set():
         try:
-            frame, code = render(await read_view(client, args.bridge_url, args.pool),
+            frame, code = render(await read_view(client, args.bridge_url, args.pool, args.idle),
                                  args.json, out), 0
         except ReadFailed as e:
             # The old screen goes: left up, it would pass for the current state.
@@ -183,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.count is not None and args.watch is None:
         parser.error("--count needs --watch")
+    if args.idle and args.pool is not None:
+        parser.error("--idle shows every pool: no POOL with it")
     try:
         token = read_token(args.auth_token_file) if args.auth_token_file else None
     except UsageError as e:

@@ -27,9 +27,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from poolscope.bridge.cache import Served
 from poolscope.bridge.trends import Trend, Trends
 from poolscope.exporters.common.thresholds import FRESH_S
-from poolscope.scheduler_bridge.client import BridgeSnapshot, GpuCapacity, PoolSummary
+from poolscope.scheduler_bridge.client import (
+    BridgeSnapshot,
+    GpuCapacity,
+    PoolSummary,
+    parse_pool,
+)
 
 UNKNOWN = "?"
 PERCENT = 100.0
@@ -49,6 +55,10 @@ LEGEND = {
     "instance_load": "what the Proxy has in flight on it (else the engine's running + "
                      "waiting) against its capacity",
     "no_gpu_data": "no GPU series: no GPU, or its GPUs are not read",
+    "held": "GPUs the Instances hold, healthy or not (all of them go with an Instance that "
+            "stops); an Instance without GPU data is counted in no model",
+    "unmeasured": "only an embedded Proxy measures idleness; a gateway, or no Proxy-side "
+                  "exporter, says nothing of it, which is not idle",
 }
 
 
@@ -160,6 +170,15 @@ def build_view(snapshot: BridgeSnapshot, trends: Trends | None = None,
                      trend_error=trend_error)
 
 
+def bridge_snapshot(served: Served) -> BridgeSnapshot:
+    """The cached summaries as the client reads them (the routes round the age to the
+    millisecond), so the view has one input type."""
+    snap = served.snapshot
+    return BridgeSnapshot(generated_at=snap.generated_at, stale=served.stale,
+                          age_s=round(served.age_s, 3),
+                          pools={pid: parse_pool(doc) for pid, doc in snap.pools.items()})
+
+
 def pool_view(s: PoolSummary, trend: TrendView | None = None) -> PoolView:
     util = s.utilization
     return PoolView(
@@ -248,6 +267,15 @@ def seconds(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return UNKNOWN
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def duration(value: float | None) -> str:
+    """How long, in the unit a person reads it in: '45 s', '12 min', '3.5 h', '2.1 d'."""
+    if value is None or not math.isfinite(value) or value < 120:
+        return seconds(value)
+    if value < 7200:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h" if value < 172800 else f"{value / 86400:.1f} d"
 
 
 def state(value: str | None) -> str:

@@ -14,14 +14,15 @@ missed.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import asyncio
+from collections.abc import Awaitable, Callable
 from html import escape
 from urllib.parse import quote
 
 from aiohttp import web
 
 from poolscope.bridge.cache import Served, Unavailable
-from poolscope.scheduler_bridge.client import BridgeSnapshot, parse_pool
+from poolscope.scheduler_bridge.idle_instances import add_idle_routes, read_idle_view
 from poolscope.scheduler_bridge.pool_detail import (
     PoolRefused,
     add_detail_routes,
@@ -30,6 +31,8 @@ from poolscope.scheduler_bridge.pool_detail import (
     fleet_trends,
 )
 from poolscope.scheduler_bridge.status.chart import HATCH_DEFS, HATCH_ID, LARGE, SPARK, trend_svg
+from poolscope.scheduler_bridge.status.html import figure, gauge, gpus_cell, legend, table
+from poolscope.scheduler_bridge.status.idle_page import render_idle_section
 from poolscope.scheduler_bridge.status.model import (
     LEGEND,
     NO_TREND,
@@ -38,12 +41,11 @@ from poolscope.scheduler_bridge.status.model import (
     GpuModelView,
     PoolView,
     TrendView,
+    bridge_snapshot,
     build_view,
     count,
-    fill,
     gibibytes,
     level,
-    percent,
     seconds,
     stale_banner,
     state,
@@ -67,6 +69,7 @@ HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inl
 _CSS = f"""
 body{{font:14px/1.4 system-ui,sans-serif;margin:1em;color:#222;background:#fff}}
 h1{{font-size:1.2em;margin:0 0 .5em}}h2{{font-size:1em;margin:1.2em 0 .3em}}
+h3{{font-size:.9em;margin:.8em 0 .3em}}
 table{{border-collapse:collapse}}th,td{{padding:.2em .6em;text-align:left;white-space:nowrap}}
 th{{border-bottom:1px solid #999;font-weight:600}}td.n{{text-align:right}}
 td{{vertical-align:middle}}a{{color:#1a4fa0}}
@@ -94,8 +97,9 @@ background:repeating-linear-gradient(45deg,#fff 0 4px,#ccc 4px 8px);vertical-ali
 def add_status_routes(app: web.Application, snapshot: SnapshotProvider, *,
                       refresh_s: int = REFRESH_S) -> None:
     """Serve the status pages from `snapshot`, the provider the JSON routes read, and
-    the drill-down routes whose documents (and trend reader) the pages draw."""
+    the drill-down and idle routes whose documents (and trend reader) the pages draw."""
     add_detail_routes(app)
+    add_idle_routes(app)
 
     async def served_or_page() -> Served | web.Response:
         try:
@@ -109,9 +113,13 @@ def add_status_routes(app: web.Application, snapshot: SnapshotProvider, *,
         served = await served_or_page()
         if isinstance(served, web.Response):
             return served
-        trends, error = await fleet_trends(request.app, served.snapshot.generated_at)
-        view = build_view(bridge_snapshot(served), trends, error)
-        return _page(200, refresh_s, f"{len(view.pools)} pools", render_body(view))
+        snapshot = bridge_snapshot(served)
+        (trends, error), (idle, idle_error) = await asyncio.gather(
+            fleet_trends(request.app, served.snapshot.generated_at),
+            read_idle_view(request.app, served, build_view(snapshot)))
+        view = build_view(snapshot, trends, error)
+        return _page(200, refresh_s, f"{len(view.pools)} pools",
+                     render_body(view, render_idle_section(idle, idle_error)))
 
     async def pool_page(request: web.Request) -> web.Response:
         served = await served_or_page()
@@ -128,14 +136,6 @@ def add_status_routes(app: web.Application, snapshot: SnapshotProvider, *,
 
     app.router.add_get("/status", status_page)
     app.router.add_get("/status/pools/{proxy_id:[^/]+}", pool_page)
-
-
-def bridge_snapshot(served: Served) -> BridgeSnapshot:
-    """The cached summaries as the client reads them, so the view has one input type."""
-    snap = served.snapshot
-    return BridgeSnapshot(generated_at=snap.generated_at, stale=served.stale,
-                          age_s=served.age_s,
-                          pools={pid: parse_pool(doc) for pid, doc in snap.pools.items()})
 
 
 def _page(status: int, refresh_s: int, title: str, body: str) -> web.Response:
@@ -156,25 +156,26 @@ CAPACITY_HEADERS = ("Model", "Used / free / unhealthy", "Total", "Used", "Free",
                     "Memory")
 
 
-def render_body(view: FleetView) -> str:
+def render_body(view: FleetView, idle_section: str) -> str:
+    """The fleet page: the pools, what can be stopped (`idle_section`), the GPUs."""
     parts = [f"<h1>poolscope status: {len(view.pools)} pools at "
              f"{timestamp(view.generated_at)}, age {view.age()}</h1>", _stale_note(view)]
     if view.trend_error is not None:
         parts.append(f"<p class=unknown-text>Trends unavailable: {escape(view.trend_error)}"
                      f"</p>")
-    parts.append(_table((*POOL_HEADERS, "Last 15 min"),
+    parts.append(table((*POOL_HEADERS, "Last 15 min"),
                         (_pool_row(p, link=True, trend=True) for p in view.pools), "pools"))
-    parts.append(_trend_key())
+    parts += [_trend_key(), idle_section]
     if any(p.gpus is not None for p in view.pools):
         rows = [row for p in view.pools for row in _gpu_rows(p)]
-        parts += ["<h2>GPUs per model, fleet</h2>", _table(
+        parts += ["<h2>GPUs per model, fleet</h2>", table(
             CAPACITY_HEADERS, (_capacity_row(g) for g in view.gpu_models), "fleet-gpus"),
-            "<h2>GPUs per pool</h2>", _table(
+            "<h2>GPUs per pool</h2>", table(
             ("Pool", "GPU util", "GPU memory", *CAPACITY_HEADERS), rows, "gpus")]
     else:
         parts.append(f"<h2>GPUs</h2><p class=unknown-text>No pool has GPU data "
                      f"({escape(LEGEND['no_gpu_data'])}).</p>")
-    parts.append(_legend(("Missing", "missing"), ("Idle", "idle"),
+    parts.append(legend(("Missing", "missing"), ("Idle", "idle"),
                          ("Idle unknown", "idle_unknown"), ("no GPU data", "no_gpu_data"),
                          ("Used / free / unhealthy", "gpus"), ("Last 15 min", "trend")))
     return "".join(parts)
@@ -186,7 +187,7 @@ def _stale_note(view: FleetView | PoolDetailView) -> str:
 
 
 def _pool_row(p: PoolView, *, link: bool, trend: bool) -> str:
-    figures = "".join(_figure(count(n)) for n in
+    figures = "".join(figure(count(n)) for n in
                       (p.alive, p.stale, p.missing, p.idle, p.idle_unknown))
     quality = escape(p.data_quality)
     name = escape(p.proxy_id)
@@ -230,9 +231,9 @@ def _capacity_row(g: GpuModelView) -> str:
 
 def _capacity_cells(g: GpuModelView) -> str:
     unhealthy = " bad" if g.unhealthy else ""
-    return (f"<td>{escape(g.model)}</td><td>{capacity_bar(g)}</td>{_figure(count(g.total))}"
-            f"{_figure(count(g.used))}{_figure(count(g.free))}"
-            f"{_figure(count(g.unhealthy), unhealthy)}{_figure(gibibytes(g.memory_total_bytes))}")
+    return (f"<td>{escape(g.model)}</td><td>{capacity_bar(g)}</td>{figure(count(g.total))}"
+            f"{figure(count(g.used))}{figure(count(g.free))}"
+            f"{figure(count(g.unhealthy), unhealthy)}{figure(gibibytes(g.memory_total_bytes))}")
 
 
 def capacity_bar(g: GpuModelView) -> str:
@@ -264,9 +265,9 @@ def render_pool_body(view: PoolDetailView) -> str:
     parts = [f"<p><a href='../../status'>All pools</a></p>"
              f"<h1>pool {escape(view.proxy_id)} at {timestamp(view.generated_at)}, "
              f"age {view.age()}</h1>", _stale_note(view)]
-    parts += [_table(POOL_HEADERS, [_pool_row(view.pool, link=False, trend=False)], "pool"),
+    parts += [table(POOL_HEADERS, [_pool_row(view.pool, link=False, trend=False)], "pool"),
               "<h2>GPUs per model</h2>",
-              _table(("Pool", "GPU util", "GPU memory", *CAPACITY_HEADERS),
+              table(("Pool", "GPU util", "GPU memory", *CAPACITY_HEADERS),
                      _gpu_rows(view.pool), "gpus")]
     parts.append("<h2>Last 15 minutes</h2>")
     if view.trend is not None:
@@ -281,19 +282,19 @@ def render_pool_body(view: PoolDetailView) -> str:
     elif not view.instances:
         parts.append("<p class=unknown-text>No series of the pool names an Instance.</p>")
     else:
-        parts.append(_table(INSTANCE_HEADERS, map(_instance_row, view.instances), "instances"))
+        parts.append(table(INSTANCE_HEADERS, map(_instance_row, view.instances), "instances"))
         gpus = [row for i in view.instances for row in _instance_gpu_rows(i)]
         parts.append("<h2>GPUs per Instance</h2>")
-        parts.append(_table(GPU_HEADERS, gpus, "instance-gpus") if gpus else
+        parts.append(table(GPU_HEADERS, gpus, "instance-gpus") if gpus else
                      f"<p class=unknown-text>No Instance has GPU data "
                      f"({escape(LEGEND['no_gpu_data'])}).</p>")
     if view.queues:
-        parts.append("<h2>Queues</h2>" + _table(
+        parts.append("<h2>Queues</h2>" + table(
             ("Queue", "Depth", "Capacity", "Oldest waiting"),
             (f"<tr data-queue='{escape(q.name)}'><td>{escape(q.name)}</td>"
-             f"{_figure(count(q.depth))}{_figure(count(q.capacity))}"
-             f"{_figure(seconds(q.oldest_age_s))}</tr>" for q in view.queues), "queues"))
-    parts.append(_legend(("State", "liveness"), ("Resource data", "resource"),
+             f"{figure(count(q.depth))}{figure(count(q.capacity))}"
+             f"{figure(seconds(q.oldest_age_s))}</tr>" for q in view.queues), "queues"))
+    parts.append(legend(("State", "liveness"), ("Resource data", "resource"),
                          ("Load / capacity", "instance_load"), ("Used / free / unhealthy", "gpus"),
                          ("no GPU data", "no_gpu_data")))
     return "".join(parts)
@@ -305,19 +306,15 @@ def _instance_row(i: InstanceView) -> str:
         i.liveness or "", "unknown-text")
     resource = escape(resource_text(i))
     load = (f"{gauge(i.load_ratio)} <span class=unknown-text>{load_text(i)}</span>")
-    gpus = (", ".join(f"{g.healthy + g.unhealthy} {escape(g.model)}"
-                      + (f" <span class=bad>({g.unhealthy} unhealthy)</span>"
-                         if g.unhealthy else "") for g in i.gpu_models)
-            if i.gpu_models else "<span class=unknown-text>no GPU data</span>")
     failing = ("<span class=bad>" + escape("; ".join(i.failing)) + "</span>") if i.failing \
         else ""
     return (f"<tr data-instance='{escape(i.instance_id)}'><td>{escape(i.instance_id)}</td>"
             f"<td class='{live_cls}'>{live}</td>"
             f"<td class='{'q-complete' if i.resource == 'fresh' else 'q-missing'}'>"
             f"{resource}</td><td>{escape(state(i.admission_state))}</td><td>{load}</td>"
-            f"{_figure(seconds(i.idle_s))}"
+            f"{figure(seconds(i.idle_s))}"
             f"<td>{gauge(i.kv_cache_ratio)}</td><td>{gauge(i.cpu_ratio)}</td>"
-            f"<td>{gauge(i.memory_used_ratio)}</td><td>{gpus}</td><td>{failing}</td></tr>")
+            f"<td>{gauge(i.memory_used_ratio)}</td><td>{gpus_cell(i.gpu_models)}</td><td>{failing}</td></tr>")
 
 
 def _instance_gpu_rows(i: InstanceView) -> list[str]:
@@ -332,31 +329,3 @@ def _gpu_health(g: GpuView) -> str:
                 "not counted: neither used nor free</td>")
     return (f"<td>{'healthy' if g.healthy else UNKNOWN}</td><td>{gauge(g.util_ratio)}</td>"
             f"<td>{gauge(g.memory_used_ratio)}</td>")
-
-
-# --- shared pieces --------------------------------------------------------------
-
-def gauge(ratio: float | None) -> str:
-    """A bar and its figure; unknown is a hatched bar and "?", never an empty bar."""
-    filled = fill(ratio)
-    if filled is None:
-        return (f"<span class='bar unknown' title=unknown></span>"
-                f"<span class='pct unknown-text'>{UNKNOWN}</span>")
-    return (f"<span class='bar {level(ratio)}' role=meter aria-valuenow='{filled:.3f}' "
-            f"aria-valuemin=0 aria-valuemax=1><span style='width:{filled * 100:.1f}%'>"
-            f"</span></span><span class=pct>{percent(ratio)}</span>")
-
-
-def _figure(text: str, extra: str = "") -> str:
-    unknown = " unknown-text" if text == UNKNOWN else ""
-    return f"<td class='n{unknown}{extra}'>{escape(text)}</td>"
-
-
-def _legend(*entries: tuple[str, str]) -> str:
-    return "<p class=legend>" + "<br>".join(
-        f"<b>{escape(name)}</b>: {escape(LEGEND[key])}" for name, key in entries) + "</p>"
-
-
-def _table(headers: Iterable[str], rows: Iterable[str], name: str) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    return f"<table id={name}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -184,6 +184,12 @@ def load_text(i: InstanceView) -> str:
     return f"{text} (engine)" if i.load_source == ENGINE_LOAD else text
 
 
+def gpus_text(models: Sequence[InstanceGpus]) -> str:
+    """'4 NVIDIA H100 (1 unhealthy), 2 NVIDIA L4': what an Instance holds; '' for none."""
+    return ", ".join(f"{g.healthy + g.unhealthy} {g.model}"
+                     + (f" ({g.unhealthy} unhealthy)" if g.unhealthy else "") for g in models)
+
+
 def resource_text(i: InstanceView) -> str:
     """The resource verdict with the sample's age, as both renderings show it."""
     if i.resource_age_s is None:

@@ -37,6 +37,7 @@ from poolscope.scheduler_bridge.status.pool_view import (
     GpuView,
     InstanceView,
     PoolDetailView,
+    gpus_text,
     load_text,
     resource_text,
 )
@@ -81,13 +82,13 @@ class Style:
 def render_text(view: FleetView, style: Style) -> str:
     head = (f"poolscope status: {len(view.pools)} pools at {timestamp(view.generated_at)},"
             f" age {view.age()}")
-    lines = [_paint(head, "head", style)]
-    lines += _banner(view.stale, view.age_s, style)
+    lines = [paint(head, "head", style)]
+    lines += banner(view.stale, view.age_s, style)
     if not view.pools:
         lines.append("no pools: no proxy_pool: series in Prometheus")
         return "\n".join(lines)
     id_w = min(MAX_ID, max(len(p.proxy_id) for p in view.pools))
-    lines += ["", *_table(POOL_HEADERS, lambda bar_w: [_pool_row(p, id_w, bar_w, style)
+    lines += ["", *table(POOL_HEADERS, lambda bar_w: [_pool_row(p, id_w, bar_w, style)
                                                        for p in view.pools], style)]
     lines += ["", *_gpu_section(view, id_w, style), "", *textwrap.wrap(
         f"MISS: {LEGEND['missing']}; IDLE?: {LEGEND['idle_unknown']}; "
@@ -98,7 +99,7 @@ def render_text(view: FleetView, style: Style) -> str:
 
 def _pool_row(p: PoolView, id_w: int, bar_w: int, style: Style) -> list[Cell]:
     quality = _QUALITY_LEVEL.get(p.data_quality, "unknown")
-    return [(_clip(p.proxy_id, id_w, style), None),
+    return [(clip(p.proxy_id, id_w, style), None),
             _gauge(p.load_ratio, bar_w, style), _gauge(p.saturation, bar_w, style),
             *((count(n), None if n is not None else "unknown")
               for n in (p.alive, p.stale, p.missing, p.idle, p.idle_unknown)),
@@ -114,7 +115,7 @@ def _gpu_section(view: FleetView, id_w: int, style: Style) -> list[str]:
     def rows(bar_w: int) -> list[list[Cell]]:
         out: list[list[Cell]] = []
         for p in view.pools:
-            pool: Cell = (_clip(p.proxy_id, id_w, style), None)
+            pool: Cell = (clip(p.proxy_id, id_w, style), None)
             gauges = [_gauge(p.gpu_util_ratio, bar_w, style),
                       _gauge(p.gpu_memory_used_ratio, bar_w, style)]
             if p.gpus is None:
@@ -124,18 +125,18 @@ def _gpu_section(view: FleetView, id_w: int, style: Style) -> list[str]:
         return out
 
     def capacity(bar_w: int) -> list[list[Cell]]:
-        return [[(_clip(g.model, model_w, style), None),
+        return [[(clip(g.model, model_w, style), None),
                  (capacity_bar(g, bar_w, style.unicode), "head"), (count(g.total), None),
                  (count(g.used), None), (count(g.free), None),
                  (count(g.unhealthy), "high" if g.unhealthy else None),
                  (gibibytes(g.memory_total_bytes), None)] for g in view.gpu_models]
 
     used, free, sick = _CAPACITY_MARKS[style.unicode]
-    return [_paint("GPU CAPACITY PER MODEL (fleet)", "head", style),
-            *_table(CAPACITY_HEADERS, capacity, style, gauges=(1,)),
+    return [paint("GPU CAPACITY PER MODEL (fleet)", "head", style),
+            *table(CAPACITY_HEADERS, capacity, style, gauges=(1,)),
             *textwrap.wrap(f"{used} used, {free} free, {sick} unhealthy: {LEGEND['gpus']}",
                            style.width),
-            "", _paint("GPUs PER POOL", "head", style), *_table(GPU_HEADERS, rows, style)]
+            "", paint("GPUs PER POOL", "head", style), *table(GPU_HEADERS, rows, style)]
 
 
 _CAPACITY_MARKS = {True: ("█", "░", "\u2573"), False: ("#", "-", "x")}
@@ -158,7 +159,7 @@ def capacity_bar(g: GpuModelView, width: int, unicode: bool) -> str:
 
 
 def _model_health(g: GpuModelView, model_w: int, style: Style) -> list[Cell]:
-    return [(_clip(g.model, model_w, style), None), (count(g.healthy), None),
+    return [(clip(g.model, model_w, style), None), (count(g.healthy), None),
             (count(g.unhealthy), "high" if g.unhealthy else None), (count(g.used), None),
             (count(g.free), None), (gibibytes(g.memory_total_bytes), None)]
 
@@ -166,16 +167,16 @@ def _model_health(g: GpuModelView, model_w: int, style: Style) -> list[Cell]:
 # --- one pool -----------------------------------------------------------------
 
 def render_pool_text(view: PoolDetailView, style: Style) -> str:
-    lines = [_paint(f"poolscope status: pool {_clip(view.proxy_id, MAX_ID, style)} at "
+    lines = [paint(f"poolscope status: pool {clip(view.proxy_id, MAX_ID, style)} at "
                     f"{timestamp(view.generated_at)}, age {view.age()}", "head", style)]
-    lines += _banner(view.stale, view.age_s, style)
+    lines += banner(view.stale, view.age_s, style)
     id_w = min(MAX_ID, len(view.proxy_id))
-    lines += ["", *_table(POOL_HEADERS, lambda bar_w: [_pool_row(view.pool, id_w, bar_w, style)],
+    lines += ["", *table(POOL_HEADERS, lambda bar_w: [_pool_row(view.pool, id_w, bar_w, style)],
                           style)]
     lines += ["", *_trend_lines(view, style), "", *_instance_section(view, style)]
     if view.queues:
-        lines += ["", _paint("QUEUES", "head", style) + "  " + "   ".join(
-            _paint(f"{q.name} {count(q.depth)} / {count(q.capacity)}, oldest "
+        lines += ["", paint("QUEUES", "head", style) + "  " + "   ".join(
+            paint(f"{q.name} {count(q.depth)} / {count(q.capacity)}, oldest "
                    f"{seconds(q.oldest_age_s)}", None, style) for q in view.queues)]
     lines += ["", *textwrap.wrap(
         f"STATE: {LEGEND['liveness']}; RESOURCE: {LEGEND['resource']}; "
@@ -185,15 +186,15 @@ def render_pool_text(view: PoolDetailView, style: Style) -> str:
 
 
 def _trend_lines(view: PoolDetailView, style: Style) -> list[str]:
-    head = _paint("LAST 15 MIN", "head", style)
+    head = paint("LAST 15 MIN", "head", style)
     if view.trend is None:
-        return [head, _paint(f"no trend: {view.trend_error or NO_TREND}", "unknown", style)]
+        return [head, paint(f"no trend: {view.trend_error or NO_TREND}", "unknown", style)]
     width = max(10, min(len(view.trend.load_ratio), style.width - TREND_LABEL_W - FIGURE - 4))
     out = [head]
     for label, values in (("load", view.trend.load_ratio),
                           ("saturation", view.trend.saturation)):
         last = values[-1] if values else None
-        marks = _paint(sparkline(values, width, style.unicode), level(last), style)
+        marks = paint(sparkline(values, width, style.unicode), level(last), style)
         out.append(f"{label:<{TREND_LABEL_W}}  {marks}  {percent(last):>{FIGURE}}")
     span, newest = f"-{view.trend.minutes} min", clock_time(view.trend.end)
     out.append(" " * (TREND_LABEL_W + 2) + span + newest.rjust(width - len(span)))
@@ -220,46 +221,44 @@ def sparkline(values: Sequence[float | None], width: int, unicode: bool = True) 
 
 
 def _instance_section(view: PoolDetailView, style: Style) -> list[str]:
-    head = _paint("INSTANCES", "head", style)
+    head = paint("INSTANCES", "head", style)
     if view.instances is None:
-        return [head, _paint(f"the pool's series could not be read: "
+        return [head, paint(f"the pool's series could not be read: "
                              f"{view.instances_error or UNKNOWN}", "high", style)]
     if not view.instances:
         return [head, "no series of the pool names an Instance"]
     instances = view.instances
     id_w = min(MAX_ID, max(len(i.instance_id) for i in instances))
-    table = _table(INSTANCE_HEADERS, lambda bar_w: [_instance_row(i, id_w, bar_w, style)
+    rows = table(INSTANCE_HEADERS, lambda bar_w: [_instance_row(i, id_w, bar_w, style)
                                                    for i in instances], style, gauges=(4,))
     gpus = [(i, g) for i in instances for g in i.gpus or ()]
     if not gpus:
-        return [head, *table, "", f"GPUs: no Instance has GPU data ({LEGEND['no_gpu_data']})"]
+        return [head, *rows, "", f"GPUs: no Instance has GPU data ({LEGEND['no_gpu_data']})"]
     model_w = min(MAX_ID, max(len(g.model) for _, g in gpus))
-    return [head, *table, "", _paint("GPUs PER INSTANCE", "head", style),
-            *_table(INSTANCE_GPU_HEADERS, lambda bar_w: [
+    return [head, *rows, "", paint("GPUs PER INSTANCE", "head", style),
+            *table(INSTANCE_GPU_HEADERS, lambda bar_w: [
                 _instance_gpu_row(i, g, id_w, model_w, bar_w, style) for i, g in gpus],
                 style, gauges=(4, 5))]
 
 
 def _instance_row(i: InstanceView, id_w: int, bar_w: int, style: Style) -> list[Cell]:
     resource = resource_text(i)
-    gpus = ", ".join(f"{g.healthy + g.unhealthy} {g.model}"
-                     + (f" ({g.unhealthy} unhealthy)" if g.unhealthy else "")
-                     for g in i.gpu_models) or NO_GPU_DATA
-    return [(_clip(i.instance_id, id_w, style), None),
+    gpus = gpus_text(i.gpu_models) or NO_GPU_DATA
+    return [(clip(i.instance_id, id_w, style), None),
             (state(i.liveness), _LIVENESS_LEVEL.get(i.liveness or "", "unknown")),
             (resource, "ok" if i.resource == FRESH else "high"),
             (state(i.admission_state), None), _gauge(i.load_ratio, bar_w, style),
             (load_text(i), None), (seconds(i.idle_s), None if i.idle_s is not None else "unknown"),
             *((percent(r), level(r)) for r in (i.kv_cache_ratio, i.cpu_ratio,
                                                i.memory_used_ratio)),
-            (_clip(gpus, 2 * MAX_ID, style), None if i.gpu_models else "unknown"),
+            (clip(gpus, 2 * MAX_ID, style), None if i.gpu_models else "unknown"),
             ("; ".join(i.failing), "high" if i.failing else None)]
 
 
 def _instance_gpu_row(i: InstanceView, g: GpuView, id_w: int, model_w: int, bar_w: int,
                       style: Style) -> list[Cell]:
-    cells: list[Cell] = [(_clip(i.instance_id, id_w, style), None), (g.gpu, None),
-                         (_clip(g.model, model_w, style), None)]
+    cells: list[Cell] = [(clip(i.instance_id, id_w, style), None), (g.gpu, None),
+                         (clip(g.model, model_w, style), None)]
     if g.healthy is False:  # no usage: an unhealthy GPU is neither used nor free
         return [*cells, ("unhealthy", "high"), ("not counted", "unknown"), ("", None)]
     return [*cells, ("healthy" if g.healthy else UNKNOWN, None),
@@ -285,25 +284,30 @@ def bar(ratio: float | None, width: int, *, unicode: bool = True) -> str:
     return text + "░" * (width - len(text))
 
 
-def _table(headers: Sequence[str], make_rows: Callable[[int], Sequence[Sequence[Cell]]],
-           style: Style, gauges: Sequence[int] = (1, 2)) -> list[str]:
+def table(headers: Sequence[str], make_rows: Callable[[int], Sequence[Sequence[Cell]]],
+          style: Style, gauges: Sequence[int] = (1, 2), words: Sequence[int] = ()) -> list[str]:
     """Left-aligned text, right-aligned figures; padding first, so colour cannot skew it.
 
     The `gauges` columns hold bars: rows are made once with the narrowest bars to
-    measure the other columns, then again with bars sharing whatever width is left.
+    measure the other columns, then again with bars sharing whatever width is left
+    (a table without gauges is made once). The `words` columns are text even where
+    every cell starts with a figure ("4 NVIDIA L4").
     """
-    widths = _widths(headers, make_rows(MIN_BAR))
-    others = (sum(w for i, w in enumerate(widths) if i not in gauges)
-              + len(SEP) * (len(headers) - 1))
-    rows = make_rows(style.bar_width(others, len(gauges)))
+    rows = make_rows(MIN_BAR)
+    if gauges:
+        widths = _widths(headers, rows)
+        others = (sum(w for i, w in enumerate(widths) if i not in gauges)
+                  + len(SEP) * (len(headers) - 1))
+        rows = make_rows(style.bar_width(others, len(gauges)))
     widths = _widths(headers, rows)
-    numeric = [all(_is_figure(r[i][0]) for r in rows) for i in range(len(headers))]
+    numeric = [i not in words and all(_is_figure(r[i][0]) for r in rows)
+               for i in range(len(headers))]
 
     def line(cells: Sequence[Cell]) -> str:
         out = []
         for (text, colour), w, right in zip(cells, widths, numeric, strict=True):
             padded = text.rjust(w) if right else text.ljust(w)
-            out.append(_paint(padded, colour, style))
+            out.append(paint(padded, colour, style))
         return SEP.join(out).rstrip()
 
     head = [(h, "head") for h in headers]
@@ -319,15 +323,15 @@ def _is_figure(text: str) -> bool:
     return text in ("", UNKNOWN) or text[0].isdigit() or text.startswith("? /")
 
 
-def _clip(text: str, width: int, style: Style) -> str:
+def clip(text: str, width: int, style: Style) -> str:
     text = _printable(text)
     ellipsis = "…" if style.unicode else "~"
     return text if len(text) <= width else text[: width - len(ellipsis)] + ellipsis
 
 
-def _banner(stale: bool, age_s: float | None, style: Style) -> list[str]:
+def banner(stale: bool, age_s: float | None, style: Style) -> list[str]:
     banner = stale_banner(stale, age_s)
-    return [] if banner is None else [_paint(banner, "high", style)]
+    return [] if banner is None else [paint(banner, "high", style)]
 
 
 def _printable(text: str) -> str:
@@ -336,7 +340,7 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else "\ufffd" for c in text)
 
 
-def _paint(text: str, colour: str | None, style: Style) -> str:
+def paint(text: str, colour: str | None, style: Style) -> str:
     """Every cell and line goes through here, so every one is made printable."""
     text = _printable(text)
     if not style.colour or colour is None or not text:

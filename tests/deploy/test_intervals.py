@@ -11,13 +11,14 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-from poolscope.exporters.common.thresholds import SCRAPE_INTERVAL_S
+from poolscope.exporters.common.thresholds import ALERT_INTERVAL_S, SCRAPE_INTERVAL_S
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CONFIGS = [*DEPLOY.glob("prometheus/*.yml"), *DEPLOY.glob("federation/*.yml"),
-           *DEPLOY.glob("victoriametrics/*.yml"), *DEPLOY.glob("kubernetes/*monitor*.yaml"),
-           DEPLOY / "kubernetes" / "prometheusrule.yaml"]
+           *DEPLOY.glob("victoriametrics/*.yml"), *DEPLOY.glob("kubernetes/*monitor*.yaml")]
+PROMETHEUS_RULE = DEPLOY / "kubernetes" / "prometheusrule.yaml"
 INTERVAL = re.compile(
     r"^\s*(?:(?:scrape_interval|evaluation_interval|interval):\s*|- -evaluationInterval=)(\S+)",
     re.M)
@@ -33,3 +34,14 @@ def test_intervals_match_the_thresholds(config: Path) -> None:
     found = INTERVAL.findall(config.read_text())
     assert found, f"{config} sets no interval"
     assert {_seconds(d) for d in found} == {SCRAPE_INTERVAL_S}
+
+
+def test_the_prometheus_rule_evaluates_rollups_and_alerts_at_their_intervals() -> None:
+    """The rollups at the scrape interval; the alert groups, whose windows are minutes, at
+    ALERT_INTERVAL_S."""
+    groups = yaml.safe_load(PROMETHEUS_RULE.read_text())["spec"]["groups"]
+    for group in groups:
+        alerts = any("alert" in r for r in group["rules"])
+        expected = ALERT_INTERVAL_S if alerts else SCRAPE_INTERVAL_S
+        assert _seconds(group["interval"]) == expected, group["name"]
+    assert any("alert" in r for g in groups for r in g["rules"])

@@ -195,6 +195,11 @@ def test_every_kind_here_has_a_schema() -> None:
         ("v1", "Namespace"), ("v1", "Service"), ("apps/v1", "Deployment")}
 
 
+def _first_rule(prometheus_rule: Doc, kind: str) -> Doc:
+    """The first recording (`record`) or alerting (`alert`) rule."""
+    return next(r for g in prometheus_rule["spec"]["groups"] for r in g["rules"] if kind in r)
+
+
 def _misspell(parent: Doc, field: str, wrong: str) -> None:
     parent[wrong] = parent.pop(field)
 
@@ -216,7 +221,11 @@ BROKEN: dict[str, tuple[str, Any, str]] = {
     "crd-bad-duration": ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(
         interval="5 seconds"), "endpoints/0/interval"),
     "crd-misspelt-rule-field": ("PrometheusRule", lambda d: _misspell(
-        d["spec"]["groups"][0]["rules"][0], "record", "recrod"), "recrod"),
+        _first_rule(d, "record"), "record", "recrod"), "recrod"),
+    "crd-misspelt-alert-field": ("PrometheusRule", lambda d: _misspell(
+        _first_rule(d, "alert"), "annotations", "anotations"), "anotations"),
+    "crd-bad-alert-for": ("PrometheusRule", lambda d: _first_rule(d, "alert").update(
+        {"for": "2 minutes"}), "for"),
     "crd-metadata-misspelt": ("PodMonitor", lambda d: _misspell(
         d["metadata"], "labels", "lables"), "lables"),
     "crd-unknown-version": ("ServiceMonitor", lambda d: d.update(

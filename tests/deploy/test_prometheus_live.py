@@ -60,8 +60,9 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
         group.stop()
 
 
-def _deployed_jobs(targets: Path, cluster: Cluster) -> list[dict[str, Any]]:
-    """The deployed scrape jobs, reading target files under `targets`."""
+def _deployed_jobs(targets: Path, cluster: Cluster, prometheus: str) -> list[dict[str, Any]]:
+    """The deployed scrape jobs, reading target files under `targets`; the static ones
+    point at this test's Scheduler bridge and at `prometheus` (itself)."""
     groups = {
         "instances": [
             # `team` is not an identity label: relabelling must drop it.
@@ -76,20 +77,24 @@ def _deployed_jobs(targets: Path, cluster: Cluster) -> list[dict[str, Any]]:
     for directory, content in groups.items():
         (targets / directory).mkdir(parents=True)
         (targets / directory / "live.json").write_text(json.dumps(content))
+    static_targets = {"poolscope-scheduler-bridge": f"127.0.0.1:{cluster.bridge_port}",
+                      "prometheus": prometheus}
     jobs = copy.deepcopy(load()["scrape_configs"])
     for job in jobs:
         for sd in job.get("file_sd_configs", []):
             sd["files"] = [str(targets.parent / pattern) for pattern in sd["files"]]
         for static in job.get("static_configs", []):
-            static["targets"] = [f"127.0.0.1:{cluster.bridge_port}"]
+            static["targets"] = [static_targets[job["job_name"]]]
     return jobs
 
 
 @pytest.fixture(scope="module")
 def prometheus(workdir: Path, cluster: Cluster) -> Iterator[Prometheus]:
-    jobs = _deployed_jobs(workdir / "targets", cluster)
+    port = free_port()
+    jobs = _deployed_jobs(workdir / "targets", cluster, f"127.0.0.1:{port}")
     rules = [p for pattern in load()["rule_files"] for p in resolve(pattern)]
-    with running_prometheus(workdir / "prometheus", jobs, rule_files=rules) as prom:
+    with running_prometheus(workdir / "prometheus", jobs, rule_files=rules,
+                            port=port) as prom:
         bridge = cluster.group.start_python(
             "scheduler-bridge", "poolscope.scheduler_bridge", "--prometheus-url", prom.url,
             "--listen", f"127.0.0.1:{cluster.bridge_port}")
@@ -137,3 +142,10 @@ def test_proxy_is_up_and_filtered_to_poolscope_series(prometheus: Prometheus,
 
 def test_scheduler_bridge_is_scraped(prometheus: Prometheus) -> None:
     prometheus.wait_for('up{job="poolscope-scheduler-bridge"} == 1')
+
+
+def test_prometheus_scrapes_its_own_rule_evaluations(prometheus: Prometheus) -> None:
+    """The alerts on failing rule groups read Prometheus' own series, from this job."""
+    prometheus.wait_for('up{job="prometheus"} == 1')
+    prometheus.wait_for('prometheus_rule_evaluation_failures_total{job="prometheus", '
+                        'rule_group=~".+;poolscope[.]proxy_pool"}')

@@ -32,6 +32,7 @@ class Inst:
     idle_s: float | None = 12.0  # None: never dispatched
     gpus: int | None = 1  # None: NVML fails (GPUs asked for, or a driver NVML refuses)
     unhealthy_gpus: int = 0  # the last ones of `gpus`: a read failed, so no usage series
+    gpu_model: str = "H100"
     no_driver: str | None = None  # an UnavailableReason: no NVIDIA driver, not failing
     engine: str | None = "vllm"  # None: no engine collector; "down": unreachable
     proxy_capacity: float | None = 8.0
@@ -116,8 +117,12 @@ def _gpus(pid: str, i: Inst) -> list[Series]:
                        reason="nvml_read", **ids)]
     out = [series(c.COLLECTOR_SUCCESS.name, pid, "1", "exporter", collector="gpu", **ids),
            series(c.GPU_DEVICES.name, pid, str(i.gpus), "nvml", **ids)]
+    if i.gpus:  # the per-model counts, both healthy and unhealthy, for a model present
+        sick = {"healthy": i.gpus - i.unhealthy_gpus, "unhealthy": i.unhealthy_gpus}
+        out += [series(c.INSTANCE_GPUS.name, pid, str(n), "nvml", gpu_model=i.gpu_model,
+                       health=health, **ids) for health, n in sick.items()]
     for g in range(i.gpus):
-        gl = {"gpu": str(g), "gpu_uuid": f"GPU-{i.id}-{g}", "gpu_model": "H100", **ids}
+        gl = {"gpu": str(g), "gpu_uuid": f"GPU-{i.id}-{g}", "gpu_model": i.gpu_model, **ids}
         if g >= i.gpus - i.unhealthy_gpus:
             out.append(series(c.GPU_HEALTHY.name, pid, "0", "nvml", **gl))
             continue

@@ -44,7 +44,8 @@ def _groups() -> list[dict[str, Any]]:
 
 
 def _rules() -> list[dict[str, Any]]:
-    return [r for g in _groups() for r in g["rules"]]
+    """The recording rules (the alerts are checked in test_alerts.py)."""
+    return [r for g in _groups() for r in g["rules"] if "record" in r]
 
 
 def _cases() -> list[tuple[Path, int, str]]:
@@ -97,10 +98,16 @@ def test_promtool_case(tmp_path: Path, test_file: Path, index: int, name: str) -
 
 @pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda p: p.name)
 def test_promtool_fails_on_a_wrong_value(tmp_path: Path, test_file: Path) -> None:
-    """Proves the cases are checked at all: one expectation off by one must fail."""
-    case = _load(test_file)["tests"][0]
-    sample = next(s for t in case["promql_expr_test"] for s in t.get("exp_samples") or [])
-    sample["value"] += 1
+    """Proves the cases are checked at all: one expectation off by one (a sample's value,
+    else a firing alert's label) must fail."""
+    case = next(c for c in _load(test_file)["tests"]
+                if c.get("promql_expr_test") or any(t["exp_alerts"] for t in c["alert_rule_test"]))
+    if case.get("promql_expr_test"):
+        sample = next(s for t in case["promql_expr_test"] for s in t.get("exp_samples") or [])
+        sample["value"] += 1
+    else:
+        alert = next(a for t in case["alert_rule_test"] for a in t["exp_alerts"])
+        alert["exp_labels"]["severity"] += "x"
     result = _run(binary("promtool"), "test", "rules",
                   str(_single_case_file(tmp_path, test_file, case)))
     assert result.returncode != 0
@@ -142,6 +149,8 @@ def test_no_rule_invents_a_zero() -> None:
 def test_pool_rollups_name_their_source() -> None:
     for group in _groups():
         for rule in group["rules"]:
+            if "record" not in rule:
+                continue
             name = rule["record"]
             assert RECORD_NAME.match(name), name
             level = name.split(":", 1)[0]
@@ -171,7 +180,7 @@ def test_every_rule_says_why_it_exists(rule_file: Path) -> None:
         stripped = line.strip()
         if not stripped:
             continue
-        match = re.match(r"- record: (\S+)", stripped)
+        match = re.match(r"- (?:record|alert): (\S+)", stripped)
         if match:
             record = match.group(1)
             assert previous_line.startswith("#") or record == previous_record, record

@@ -18,9 +18,11 @@ from tests.support.prometheus import RULE_FILES
 # Where each threshold the rules apply must reach, by record: a template that wrote
 # the number itself instead would keep its old value when thresholds.py changes.
 EXPRESSIONS_USING = {
-    "FRESH_S": {"proxy_pool:instances_with_resource:count"},
+    "FRESH_S": {"proxy_pool:instances_with_resource:count", "PoolscopeRollupsLate"},
     "MEMBER_MEMORY": {"proxy_pool:instances:count", "proxy_pool:inflight_requests:sum",
-                      "proxy_pool:requests:rate1m"},
+                      "proxy_pool:requests:rate1m", "PoolscopeProxySourceSilent"},
+    "IDLE_GPUS_S": {"PoolscopeIdleInstanceHoldsGpus"},
+    "ALERT_JOBS": {"PoolscopeTargetDown"},
     **dict.fromkeys(("RATE_WINDOW_S", "RATE_EDGE_S", "RATE_EDGE_OFFSET_S"), frozenset({
         "proxy_pool:requests:rate1m", "proxy_pool:network_receive_bytes:rate1m",
         "proxy_pool:network_transmit_bytes:rate1m"})),
@@ -44,9 +46,14 @@ def _written(form: str, text: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(form)}(?![\w.])", text) is not None
 
 
+def _rules(files: Mapping[object, str]) -> list[dict[str, str]]:
+    return [r for text in files.values() for g in yaml.safe_load(text)["groups"]
+            for r in g["rules"]]
+
+
 def _exprs(files: Mapping[object, str]) -> dict[str, str]:
-    return {r["record"]: r["expr"] for text in files.values()
-            for g in yaml.safe_load(text)["groups"] for r in g["rules"]}
+    """Each record's and each alert's expression, by name."""
+    return {r.get("record") or r["alert"]: r["expr"] for r in _rules(files)}
 
 
 def _sentinels() -> dict[str, render.Value]:
@@ -78,6 +85,16 @@ def test_a_changed_threshold_reaches_every_rule_and_leaves_no_old_copy() -> None
         for path, text in files.items():
             left = {f for f in _forms(old[name]) if _written(f, text)}
             assert not left, f"{path.name} still writes {name} = {left}"
+
+
+def test_every_alert_window_comes_from_a_threshold() -> None:
+    """Each alert's `for:` is one of the ALERT_* windows, and each window is some alert's."""
+    new = _sentinels()
+    windows = {name: render.duration(float(new[name])) for name in new
+               if name.startswith("ALERT_") and name.endswith("_S") and name != "ALERT_INTERVAL_S"}
+    used = {r["for"] for r in _rules(render.render_rules(new)) if "alert" in r}
+    assert used <= set(windows.values()), used - set(windows.values())
+    assert set(windows.values()) <= used, {n for n, w in windows.items() if w not in used}
 
 
 def test_the_doc_states_each_threshold_and_where_the_rules_use_it() -> None:

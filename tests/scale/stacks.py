@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from deploy.demo.cluster import Pool, prometheus_binary
+from deploy.demo.cluster import Pool, instance_targets, prometheus_binary
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
 from tests.support.prometheus import REPO, RULE_FILES, binary
 
@@ -34,16 +34,9 @@ def seconds(interval: float) -> str:
     return f"{interval:g}s"
 
 
-def instance_id(pool: Pool, index: int) -> str:
-    """The demo's naming (deploy/demo/cluster.py): the k-th exporter of pool p is p-inst-k."""
-    return f"{pool.proxy_id}-inst-{index + 1}"
-
-
 def write_targets(targets: Path, pools: Sequence[Pool]) -> None:
     """file_sd files in deploy's layout (targets/instances, targets/proxies), these pools."""
-    instances = [{"targets": [url.removeprefix("http://")],
-                  "labels": {"proxy_id": pool.proxy_id, "instance_id": instance_id(pool, k)}}
-                 for pool in pools for k, url in enumerate(pool.exporter_urls)]
+    instances = instance_targets(pools)
     proxies = [{"targets": [pool.proxy_url.removeprefix("http://")],
                 "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
     for kind, entries in (("instances", instances), ("proxies", proxies)):
@@ -191,7 +184,10 @@ def victoria_metrics(workdir: Path, pools: Sequence[Pool], interval: float) -> I
             "-httpListenAddr": f"127.0.0.1:{alert_port}",
             "-rule": str(REPO / "rules" / "*.yml"),
             "-datasource.url": vm_url, "-remoteWrite.url": vm_url,
-            "-evaluationInterval": step})])
+            "-evaluationInterval": step,
+            # No Alertmanager here: a free port, so that no alert reaches one an
+            # operator runs on this machine at the default address.
+            "-notifier.url": f"http://127.0.0.1:{port_or_free(0)}"})])
         wait_ready(f"{alert_url}/health", alert)
         yield Victoria(vm_url, alert_url)
     finally:

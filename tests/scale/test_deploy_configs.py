@@ -30,12 +30,14 @@ def jobs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {j["job_name"]: j for j in config["scrape_configs"]}
 
 
-@pytest.mark.parametrize("path", [FEDERATION / "region-prometheus.yml", VICTORIA / "scrape.yml"],
-                         ids=["region", "vmagent"])
-def test_exporter_jobs_are_the_single_prometheus_ones(path: Path) -> None:
-    # A drift here would make a region (or VictoriaMetrics) roll up different series.
+@pytest.mark.parametrize(("path", "evaluator"), [
+    (FEDERATION / "region-prometheus.yml", "prometheus"), (VICTORIA / "scrape.yml", "vmalert")],
+    ids=["region", "vmagent"])
+def test_exporter_jobs_are_the_single_prometheus_ones(path: Path, evaluator: str) -> None:
+    # A drift here would make a region (or VictoriaMetrics) roll up different series. Beside
+    # them, the job that scrapes whatever evaluates the rules (PoolscopeRulesFailing reads it).
     single, scaled = jobs(load(SINGLE)), jobs(load(path))
-    assert set(scaled) == set(EXPORTER_JOBS)
+    assert set(scaled) == {*EXPORTER_JOBS, evaluator}
     for name in EXPORTER_JOBS:
         assert scaled[name] == single[name], name
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+from poolscope.bridge.queries import SNAPSHOT_QUERY
+from poolscope.scheduler_bridge.idle_instances import IDLE_QUERY
 from tests.status.conftest import MakeBridge
 from tests.status.fleet import HOSTILE_MODEL, HOSTILE_POOL, blind_pool, busy_pool, hostile_pool
 
@@ -49,7 +51,9 @@ async def test_the_page_uses_the_cached_snapshot_not_a_query_of_its_own(
     assert (await bridge.http.get("/debug/proxy_pool_resources")).status == 200
     for _ in range(3):
         assert (await bridge.http.get("/status")).status == 200
-    assert len(bridge.prometheus.rollup_queries) == 1
+    # The rollups once, for the JSON; the Instances once, for what can be stopped.
+    assert sorted(q for q, _ in bridge.prometheus.rollup_queries) == sorted(
+        (SNAPSHOT_QUERY, IDLE_QUERY))
 
 
 async def test_hostile_labels_are_text_not_markup(make_bridge: MakeBridge) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from deploy.demo.processes import port_or_free, stop_group, wait_ready
+from deploy.demo.processes import ProcessGroup, port_or_free, stop_group, wait_ready
 from tests.support.polling import eventually
 
 __all__ = ["free_port", "running_prometheus", "scrape_config", "stop_group", "wait_http"]
@@ -30,12 +30,18 @@ REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.yml"))
 
 
+# Debian renames a few upstream binaries; a test asks by the upstream name, so that an
+# upstream tarball on PATH works as well as `make setup`'s Debian package.
+DEBIAN_NAMES = {"alertmanager": "prometheus-alertmanager"}
+
+
 def binary(name: str) -> str:
-    """PROMETHEUS_BIN / PROMTOOL_BIN when set, else the one on PATH."""
-    env = os.environ.get(f"{name.upper()}_BIN")
-    found = env or shutil.which(name)
+    """NAME_BIN when set (PROMETHEUS_BIN, ALERTMANAGER_BIN, VICTORIA_METRICS_BIN...),
+    else `name` on PATH, else its Debian name."""
+    env = os.environ.get(f"{name.upper().replace('-', '_')}_BIN")
+    found = env or shutil.which(name) or shutil.which(DEBIAN_NAMES.get(name, name))
     if not found:
-        raise RuntimeError(f"{name} not found: run `make setup` (installs Debian's prometheus)")
+        raise RuntimeError(f"{name} not found: run `make setup` (installs Debian's packages)")
     return found
 
 
@@ -106,33 +112,48 @@ def scrape_config(job: str, targets: Sequence[str], interval: str = "1s",
 
 
 @contextmanager
+def serving(name: str, args: Sequence[str], workdir: Path,
+            ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """binary(name) with `args`, logging to workdir/NAME.log, once `ready_url` answers;
+    its process group is stopped after, so nothing it started outlives the test."""
+    group = ProcessGroup(workdir)
+    child = group.start(name, [binary(name), *args])
+    try:
+        wait_ready(ready_url, child)
+        yield child.process
+    finally:
+        group.stop()
+
+
+@contextmanager
 def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
                        rule_files: Sequence[Path] = RULE_FILES,
-                       evaluation_interval: str = "1s") -> Iterator[Prometheus]:
-    """Start Prometheus with these jobs and rules; stop its process group after."""
+                       evaluation_interval: str = "1s", *, port: int | None = None,
+                       alertmanagers: Sequence[str] = ()) -> Iterator[Prometheus]:
+    """Start Prometheus with these jobs and rules; stop its process group after.
+
+    `port` when a job must scrape Prometheus itself (its address goes in the config
+    before it starts); `alertmanagers` (host:port) receive its alerts.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
-    config = {
+    config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": evaluation_interval},
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": list(scrape_configs),
     }
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [
+            {"targets": list(alertmanagers)}]}]}
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [binary("prometheus"), f"--config.file={config_path}",
-         f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
-         "--storage.tsdb.retention.time=1h"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    prom = Prometheus(f"http://127.0.0.1:{port}", workdir, proc)
-    try:
-        wait_http(f"{prom.url}/-/ready")
-        yield prom
-    finally:
-        stop_group(proc)
-        log.close()
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serving("prometheus", [
+            f"--config.file={config_path}", f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=1h"],
+            workdir, f"{url}/-/ready") as proc:
+        yield Prometheus(url, workdir, proc)
 
 
 @dataclass

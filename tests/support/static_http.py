@@ -41,10 +41,19 @@ def serving(body: bytes | Page, content_type: str = TEXT_FORMAT) -> Iterator[str
         def log_message(self, *args: object) -> None:
             """Silence per-request logging: benchmarks and tests read their own output."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving_handler(Handler) as port:
+        yield f"http://127.0.0.1:{port}/metrics"
+
+
+@contextmanager
+def serving_handler(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """`handler` answering on a free loopback port, in a thread of this process; yields
+    the port. The socket is bound before the port is known, so no other process can
+    take it in between."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        yield int(server.server_address[1])
     finally:
         server.shutdown()
         server.server_close()

@@ -1,0 +1,85 @@
+"""The alerting rules keep the conventions an operator's other mixins keep: a
+PoolscopeCamelCase name, a severity, a summary, a description and a runbook that
+exists; a `for:` on each; and promtool cases that see each alert silent before its
+`for:`, firing after it and resolved once the fault clears."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from poolscope.exporters.common.thresholds import ALERT_INTERVAL_S, RUNBOOK_URL
+from rules.render import duration
+from tests.support.prometheus import REPO
+
+ALERTS = REPO / "rules" / "alerts.yml"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+SEVERITIES = {"critical", "warning", "info"}
+
+
+def _groups() -> list[dict[str, Any]]:
+    return list(yaml.safe_load(ALERTS.read_text())["groups"])
+
+
+def _alerts() -> list[tuple[str, dict[str, Any]]]:
+    return [(g["name"], r) for g in _groups() for r in g["rules"]]
+
+
+def _ids() -> list[str]:
+    return [r["alert"] for _, r in _alerts()]
+
+
+@pytest.mark.parametrize(("group", "rule"), _alerts(), ids=_ids())
+def test_an_alert_keeps_the_conventions(group: str, rule: dict[str, Any]) -> None:
+    name = rule["alert"]
+    assert re.fullmatch(r"Poolscope(?:[A-Z][a-z]+)+", name), name
+    assert rule["labels"]["severity"] in SEVERITIES
+    assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
+    assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_URL}#{name.lower()}"
+    assert re.fullmatch(r"(\d+[hms])+", rule["for"]), f"{name} has no `for:`"
+    assert group.startswith("poolscope.alerts.")
+
+
+def test_every_alert_has_a_runbook_section_and_every_section_an_alert() -> None:
+    sections = re.findall(r"^## (Poolscope\w+)$", RUNBOOKS.read_text(), flags=re.M)
+    assert sorted(sections) == sorted(_ids())
+
+
+def _expectations(group: str, name: str) -> list[list[tuple[float, bool]]]:
+    """Per case of the group's test file: (eval time, fires?) for the alert, in time order."""
+    spec = yaml.safe_load((REPO / "rules" / "tests" / f"{group}.yml").read_text())
+    return [sorted((_seconds(t["eval_time"]), bool(t["exp_alerts"]))
+                   for t in case.get("alert_rule_test", []) if t["alertname"] == name)
+            for case in spec["tests"]]
+
+
+def _seconds(duration: str) -> float:
+    units = {"h": 3600, "m": 60, "s": 1}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([hms])", duration))
+
+
+@pytest.mark.parametrize(("group", "rule"), _alerts(), ids=_ids())
+def test_an_alert_is_seen_pending_firing_and_resolved(group: str, rule: dict[str, Any]) -> None:
+    """Some case of its group's file expects it silent, then firing, then silent again."""
+    name = rule["alert"]
+    patterns = ["".join("F" if fires else "." for _, fires in case)
+                for case in _expectations(group, name)]
+    assert any(re.search(r"\.F+\.", p) for p in patterns), (name, patterns)
+
+
+def test_the_operator_docs_name_every_alert() -> None:
+    for doc in (REPO / "docs" / "metrics.md", REPO / "docs" / "operating.md"):
+        text = doc.read_text()
+        missing = [name for name in _ids() if name not in text]
+        assert not missing, f"{doc.name} does not name {missing}"
+
+
+def test_alert_test_files_are_named_for_their_group() -> None:
+    for group in _groups():
+        assert group["interval"] == duration(ALERT_INTERVAL_S), group["name"]
+        path: Path = REPO / "rules" / "tests" / f"{group['name']}.yml"
+        assert yaml.safe_load(path.read_text())["rule_files"] == ["../alerts.yml"]
