@@ -73,16 +73,24 @@ def series_table() -> str:
 
 # The series each EngineMapping field feeds (the others are computed from these).
 _ENGINE_SERIES = (*((a, f) for a, f in engine.PUBLISHED if a in engines.LOAD_FIELDS),
-                  ("capacity", catalog.INSTANCE_CAPACITY))
+                  ("capacity", catalog.INSTANCE_CAPACITY),
+                  ("awake", catalog.INSTANCE_ADMISSION_STATE))
+# What a field that is not a sum means where an engine has it, and where it has not.
+_STATE_READING = {"awake": ("0 on any rank: `asleep`", "none: never `asleep`")}
 
 
 def _engine_field(mapping: engines.EngineMapping, attr: str) -> str:
     field: engines.Field = getattr(mapping, attr)
     if attr == "capacity" and mapping.slots_path:
-        return f"`total_slots` of `/{mapping.slots_path}` beside `/metrics`"
+        return (f"`total_slots` of `/{mapping.slots_path}` beside `/metrics` (its own collector, "
+                "`engine_capacity`), else learned; --capacity overrides it")
     if not field:
+        if attr in _STATE_READING:
+            return _STATE_READING[attr][1]
         return "(--capacity, else learned)" if attr == "capacity" else "none: absent"
     text = " + ".join(_engine_series(series) for series in field)
+    if attr in _STATE_READING:
+        return f"{text} ({_STATE_READING[attr][0]})"
     derived = mapping.derivation(attr)
     if derived is not None:
         op = " - " if derived.op == "minus" else " / "

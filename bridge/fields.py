@@ -164,6 +164,12 @@ FIELDS: tuple[Field, ...] = (
           Classification.DERIVED,
           "poolscope_proxy_pool_instances_idle_unknown: members with no dispatch since the "
           "Proxy started", _NO_DISPATCH, Kind.COUNT, inputs=(Input.DISPATCH,), proxy_side=True),
+    # Appended to schema_version 1, last of `instances`: members that answer with zeros but
+    # serve nothing until woken, so neither their capacity nor their idleness is free.
+    Field("instances.asleep", "proxy_pool:instances_asleep:count", Classification.DERIVED,
+          "poolscope_instance_admission_level == 2 (instance exporter): members whose engine "
+          "says it is asleep (vLLM's sleep mode, vllm:engine_sleep_state); 0 for engines that "
+          "state no sleep", _NO_MEMBERS, Kind.COUNT),
     # load
     Field("load.inflight_total", "proxy_pool:inflight_requests:sum", Classification.COUNTER,
           "poolscope_proxy_pool_inflight_requests (Proxy-side exporter: dispatch path or "

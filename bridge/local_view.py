@@ -193,9 +193,18 @@ def _state(samples: Sequence[Sample]) -> str | None:
     return states.pop() if len(states) == 1 else None
 
 
+def asleep(s: Mapping[str, list[Sample]]) -> bool:
+    """Whether the Instance's exporter says its engine is asleep: it then has no
+    capacity, whatever is configured for it (the pool's capacity rollup leaves it out)."""
+    return one(s.get(c.INSTANCE_ADMISSION_STATE.name, []), state="asleep") == 1
+
+
 def _capacity(s: Mapping[str, list[Sample]]) -> dict[str, Any]:
     """The Proxy's configured value wins over the Instance exporter's, as in the pool's
-    capacity rollup: the Proxy is what enforces it."""
+    capacity rollup: the Proxy is what enforces it. An asleep engine has none, as the
+    rollup counts it: it serves nothing until woken."""
+    if asleep(s):
+        return {"value": None, "source": None}
     for family in (c.PROXY_INSTANCE_CAPACITY, c.INSTANCE_CAPACITY):
         samples = s.get(family.name, [])
         value = one(samples)

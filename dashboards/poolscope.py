@@ -29,7 +29,7 @@ TOKENS_PER_S = "suffix: tokens/s"
 DATA_QUALITY = StateSet("proxy_pool:data_quality", "quality", (
     ("complete", "green"), ("partial", "#EAB839"), ("missing", "red")))
 ADMISSION_STATES = (("accepting", "green"), ("degraded", "#EAB839"), ("saturated", "orange"),
-                    ("draining", "blue"), ("unknown", "text"))
+                    ("asleep", "purple"), ("draining", "blue"), ("unknown", "text"))
 POOL_ADMISSION = StateSet("proxy_pool:admission_state", "state", ADMISSION_STATES)
 INSTANCE_ADMISSION = StateSet("poolscope_instance_admission_state", "state", ADMISSION_STATES)
 ALIVE = ((1, "alive", "green"), (0, "stale", "red"))
@@ -108,14 +108,16 @@ def fleet() -> Json:
                   mappings=POOL_ADMISSION.mappings()),
         )),
         Row("Instances", collapsed=True, panels=(
-            Panel("timeseries", "Instances: alive, stale, missing resource",
+            Panel("timeseries", "Instances: alive, stale, missing resource, asleep",
                   "Registered at the Proxy; stale = heartbeat timed out; missing resource = "
-                  "alive but no fresh host sample.",
+                  "alive but no fresh host sample; asleep = the engine sleeps (no capacity "
+                  "until woken).",
                   (per_pool("proxy_pool:instances:count", "{{proxy_id}} registered"),
                    per_pool("proxy_pool:instances_alive:count", "{{proxy_id}} alive"),
                    per_pool("proxy_pool:instances_stale:count", "{{proxy_id}} stale"),
                    per_pool("proxy_pool:instances_missing_resource:count",
-                            "{{proxy_id}} missing resource"))),
+                            "{{proxy_id}} missing resource"),
+                   per_pool("proxy_pool:instances_asleep:count", "{{proxy_id}} asleep"))),
             Panel("timeseries", "Idle Instances",
                   f"Idle: no dispatch for {thresholds.IDLE_S / 60:g} minutes. Unknown: never "
                   "dispatched to since the Proxy started (unknown is not idle).",

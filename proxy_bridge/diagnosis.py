@@ -22,7 +22,7 @@ from typing import Any
 
 from poolscope.bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field, Input
 from poolscope.bridge.local_queries import FRESHNESS_RULE
-from poolscope.bridge.local_view import LocalView
+from poolscope.bridge.local_view import LocalView, asleep
 from poolscope.bridge.pool_series import one
 from poolscope.exporters.common import catalog as c
 from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY
@@ -46,6 +46,7 @@ class Code(StrEnum):
     ENGINE_NOT_CONFIGURED = "engine_not_configured"
     ENGINE_UNREACHABLE = "engine_unreachable"
     ENGINE_NOT_EXPOSING = "engine_not_exposing"
+    ENGINE_ASLEEP = "engine_asleep"
     NOT_WIRED = "not_wired"
     NO_TRAFFIC = "no_traffic"
     RATE_NOT_COVERED = "rate_window_not_covered"
@@ -304,8 +305,15 @@ def admission(view: LocalView, f: Field) -> list[Reason]:
 
 
 def capacity(view: LocalView, f: Field) -> list[Reason]:
+    """An asleep engine comes first: it has no capacity whatever is configured (the
+    Instance exporter publishes none, the rule takes the Proxy's away), so it is the
+    cause even beside a configured value."""
     def cause(v: LocalView, instance_id: str) -> tuple[Code, str] | None:
         s = v.series.of(instance_id)
+        if asleep(s):
+            return (Code.ENGINE_ASLEEP,
+                    "the engine is asleep (admission state asleep: its page says so, as "
+                    "vLLM's sleep mode does): it offers no capacity until woken")
         if c.PROXY_INSTANCE_CAPACITY.name in s or c.INSTANCE_CAPACITY.name in s:
             return None
         return (Code.NOT_WIRED,

@@ -41,6 +41,7 @@ class Instances:
     missing_resource: int | None = None
     idle: int | None = None
     idle_unknown: int | None = None
+    asleep: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ and decode time, and vLLM v1's /metrics under their real names. Not product code
 HTTP: POST /v1/chat/completions (OpenAI-style, `stream` supported; 503 when
 batch and queue are full), GET /metrics, GET /health, and for tests
 GET|POST /admin/fault {"mode": "none"|"hang"|"error500"|"garbage"}, which
-changes how /metrics answers.
+changes how /metrics answers, and vLLM's sleep mode endpoints: POST /sleep?level=1|2,
+POST /wake_up, GET /is_sleeping. Asleep, it refuses requests (503) and its /metrics
+says so in `vllm:engine_sleep_state`, beside the zeros an idle engine reads.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from deploy.demo.sim_metrics import metrics_registry, render
+from deploy.demo.sim_metrics import SleepMode, metrics_registry, render
 from deploy.demo.sim_registration import Registrar, RegistrationConfig
 from deploy.demo.sim_scheduler import (
     Clock,
@@ -141,7 +143,8 @@ class SimulatedEngine:
                  seed: int | None = None) -> None:
         self.config = config
         self.scheduler = Scheduler(config, clock)
-        self.registry = metrics_registry(self.scheduler)
+        self.sleep = SleepMode()
+        self.registry = metrics_registry(self.scheduler, self.sleep)
         self.faults = FaultSwitch()
         self._words = random.Random(seed)
         self.app = web.Application()
@@ -151,6 +154,9 @@ class SimulatedEngine:
             web.get("/health", self._health),
             web.get("/admin/fault", self._get_fault),
             web.post("/admin/fault", self._set_fault),
+            web.post("/sleep", self._sleep),
+            web.post("/wake_up", self._wake_up),
+            web.get("/is_sleeping", self._is_sleeping),
         ])
 
     def _text(self, tokens: int) -> str:
@@ -165,6 +171,9 @@ class SimulatedEngine:
             messages, max_tokens, stream, include_usage = _parse_chat_request(body)
         except BadRequest as e:
             return _error(400, str(e), "BadRequestError")
+        if self.sleep.level:
+            return _error(503, "the engine is sleeping: POST /wake_up first",
+                          "ServiceUnavailableError")
         prompt_tokens = estimate_prompt_tokens(messages)
         try:
             ticket = self.scheduler.admit(prompt_tokens, max_tokens)
@@ -247,6 +256,23 @@ class SimulatedEngine:
             return _error(400, f"expected {{\"mode\": one of {FAULT_MODES}}}: {e}",
                           "BadRequestError")
         return web.json_response({"mode": self.faults.mode})
+
+
+    async def _sleep(self, request: web.Request) -> web.Response:
+        """vLLM's level 1 offloads the weights, level 2 discards them too; both serve
+        nothing until woken. Requests already admitted run to their end here."""
+        level = request.query.get("level", "1")
+        if level not in ("1", "2"):
+            return _error(400, f"level must be 1 or 2, not {level!r}", "BadRequestError")
+        self.sleep.level = int(level)
+        return web.Response()
+
+    async def _wake_up(self, request: web.Request) -> web.Response:
+        self.sleep.level = 0
+        return web.Response()
+
+    async def _is_sleeping(self, request: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": self.sleep.level > 0})
 
 
 def _usage(req: SimRequest) -> dict[str, int]:

@@ -9,6 +9,7 @@ from the scheduler at scrape time (a custom collector), never mirrored.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -36,12 +37,27 @@ HELP = {
     "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
     "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
     "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:engine_sleep_state": (
+        "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+        "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+        "level 2."),
 }
+# vLLM's sleep levels by the `sleep_state` each sets to 1 (0: awake).
+SLEEP_STATES = (("awake", 0), ("weights_offloaded", 1), ("discard_all", 2))
+
+
+@dataclass
+class SleepMode:
+    """vLLM's sleep mode: 0 awake, 1 weights offloaded, 2 weights and KV cache discarded.
+    Set by the engine's /sleep and /wake_up; read at scrape time."""
+
+    level: int = 0
 
 
 class VllmCollector(Collector):
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, sleep: SleepMode) -> None:
         self._scheduler = scheduler
+        self._sleep = sleep
         self._labels = [scheduler.config.model, ENGINE_INDEX]
 
     def collect(self) -> Iterator[Metric]:
@@ -49,6 +65,12 @@ class VllmCollector(Collector):
         yield self._gauge("vllm:num_requests_running", s.num_running)
         yield self._gauge("vllm:num_requests_waiting", s.num_waiting)
         yield self._gauge("vllm:kv_cache_usage_perc", s.kv_cache_usage())
+        # As vLLM's record_sleep_state: one series per state, 1 for the current one.
+        sleep = GaugeMetricFamily("vllm:engine_sleep_state", HELP["vllm:engine_sleep_state"],
+                                  labels=[*LABELS, "sleep_state"])
+        for state, level in SLEEP_STATES:
+            sleep.add_metric([*self._labels, state], 1.0 if self._sleep.level == level else 0.0)
+        yield sleep
 
         success = CounterMetricFamily("vllm:request_success", HELP["vllm:request_success"],
                                       labels=[*LABELS, "finished_reason"])
@@ -78,10 +100,10 @@ class VllmCollector(Collector):
         return family
 
 
-def metrics_registry(scheduler: Scheduler) -> CollectorRegistry:
+def metrics_registry(scheduler: Scheduler, sleep: SleepMode) -> CollectorRegistry:
     """A registry of this engine's own, so engines in one process never share series."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(VllmCollector(scheduler))
+    registry.register(VllmCollector(scheduler, sleep))
     return registry
 
 

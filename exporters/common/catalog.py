@@ -168,8 +168,9 @@ INSTANCE_CAPACITY = _instance(
     "source=engine:<name> (the engine's own limit: llama.cpp's slots, TensorRT-LLM's "
     "max batch) or source=learned (the most requests seen running at once in the last "
     "hour); "
-    "absent while the engine it reads does not answer.")
-ADMISSION_STATES = ("accepting", "degraded", "saturated", "draining", "unknown")
+    "absent while the engine it reads does not answer, and while it is asleep (admission "
+    "state asleep: it offers no capacity until woken).")
+ADMISSION_STATES = ("accepting", "degraded", "saturated", "asleep", "draining", "unknown")
 INSTANCE_ADMISSION_STATE = _instance(
     "poolscope_instance_admission_state", "gauge",
     "1 for the Instance's current admission state, 0 for the others (a state set). Its "
@@ -177,16 +178,18 @@ INSTANCE_ADMISSION_STATE = _instance(
     "saturation's WAITING_Q and KV_FULL on purpose: saturation is a score to compare "
     "Instances by, 1 where the Gateway API Inference Extension stops preferring one, "
     "while admission is the Instance's own verdict, degraded once a request waits and "
-    "saturated only near the engine's limits.",
+    "saturated only near the engine's limits. asleep: the engine says it is asleep (vLLM's "
+    "sleep mode), so it answers with zeros but serves nothing until woken.",
     "state")
 # The same state as one number, so a pool rule reads one series per Instance
 # (`max` is the best state any member offers) instead of five plus a join.
+# An asleep engine ranks above draining: it can be woken, a draining one is leaving.
 ADMISSION_LEVELS: dict[str, int] = {
-    "accepting": 4, "degraded": 3, "saturated": 2, "draining": 1, "unknown": 0}
+    "accepting": 5, "degraded": 4, "saturated": 3, "asleep": 2, "draining": 1, "unknown": 0}
 INSTANCE_ADMISSION_LEVEL = _instance(
     "poolscope_instance_admission_level", "gauge",
-    "The admission state as a number, higher admits more: 4 accepting, 3 degraded, "
-    "2 saturated, 1 draining, 0 unknown.")
+    "The admission state as a number, higher admits more: 5 accepting, 4 degraded, "
+    "3 saturated, 2 asleep, 1 draining, 0 unknown.")
 
 # --- Every exporter: collector health (node_exporter's pattern) ---------------
 # Per Instance exporter; the Proxy exporter has its own pair further down, since
@@ -350,7 +353,7 @@ SOURCE_PROXY_QUEUE = "proxy_queue"
 SOURCE_SELF_DECLARED = "self_declared"
 SOURCE_ENGINE = "engine"
 GATEWAYS = ("llmgw", "gie")
-ENGINES = ("vllm", "sglang", "tgi", "llamacpp", "trtllm")
+ENGINES = ("vllm", "sglang", "tgi", "llamacpp", "trtllm", "trtllm-serve")
 
 
 def engine_source(engine: str) -> str:

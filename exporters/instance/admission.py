@@ -11,6 +11,11 @@ host memory exhausted) is reported even when the engine is unreadable, but
 "nothing wrong that we know of" with no engine reading is `unknown`, never
 `accepting` — unknown is not idle.
 
+`asleep` is the engine's own word that it is asleep (vLLM's sleep mode): it then
+answers with 0 running, 0 waiting and an empty KV cache, which would read as
+`accepting`, but it serves nothing until someone wakes it. It outranks every
+threshold vote (an asleep engine's load says nothing), and only `draining` outranks it.
+
 `draining` is set by the operator and overrides everything: start the exporter
 with `--draining`, send it SIGUSR1 to start draining, SIGUSR2 to stop.
 """
@@ -31,6 +36,7 @@ class AdmissionState(StrEnum):
     ACCEPTING = "accepting"
     DEGRADED = "degraded"
     SATURATED = "saturated"
+    ASLEEP = "asleep"
     DRAINING = "draining"
     UNKNOWN = "unknown"
 
@@ -70,6 +76,8 @@ class AdmissionInputs:
     kv_cache_usage: float | None
     waiting: float | None
     memory_free_ratio: float | None
+    # The engine's sleep state where its page states one (EngineSample.asleep).
+    asleep: bool | None = None
 
 
 def _rising(value: float | None, degraded: float, saturated: float) -> _Level:
@@ -81,6 +89,8 @@ def _rising(value: float | None, degraded: float, saturated: float) -> _Level:
 def decide(inputs: AdmissionInputs, th: AdmissionThresholds, draining: bool) -> AdmissionState:
     if draining:
         return AdmissionState.DRAINING
+    if inputs.asleep:
+        return AdmissionState.ASLEEP
     memory = _Level.OK
     if inputs.memory_free_ratio is not None:
         if inputs.memory_free_ratio <= th.memory_saturated:

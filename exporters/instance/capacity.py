@@ -20,6 +20,11 @@ The rule in full:
 - An engine restart, seen as one of its counters going backwards, empties the
   window: the new process may run with other limits. A false alarm only loses
   evidence, so the capacity errs low (the pool looks busier), never high.
+
+While the engine's latest sample says it is asleep (vLLM's sleep mode) there is
+no capacity at all, configured or not: an asleep engine runs nothing until woken,
+so its capacity is not free (docs/design.md, the contract). The learned window is
+kept: waking the same process brings back the same limits.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class Capacity:
             raise ValueError("capacity must be a positive integer")
         self.configured = configured
         self.stated: tuple[float, str] | None = None
+        self.asleep = False
         self._monotonic = monotonic
         # (step number, most requests running in that step), oldest first; only
         # steps that saw a running request.
@@ -61,6 +67,7 @@ class Capacity:
         # A stated 0 is no capacity: TensorRT-LLM publishes its series at 0 until
         # its first statistics arrive.
         self.stated = (sample.capacity, sample.source) if sample.capacity else None
+        self.asleep = sample.asleep is True
         if self._restarted(sample):
             self._peaks.clear()
         step = self._step()
@@ -83,7 +90,9 @@ class Capacity:
         return max(peaks) if peaks else None
 
     def current(self) -> tuple[float, str] | None:
-        """(capacity, source), or None while unknown."""
+        """(capacity, source), or None while unknown or while the engine is asleep."""
+        if self.asleep:
+            return None
         if self.configured is not None:
             return float(self.configured), catalog.SOURCE_CONFIGURED
         if self.stated is not None:

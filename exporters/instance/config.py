@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from poolscope.exporters.common.sampling import sample_interval
 from poolscope.exporters.instance.admission import AdmissionThresholds
-from poolscope.exporters.instance.engine import AUTO
+from poolscope.exporters.instance.engine import AUTO, engine_url
 from poolscope.exporters.instance.engines import MAPPINGS
 from poolscope.exporters.instance.service import Settings
 from poolscope.service import ports
@@ -50,7 +50,9 @@ def build_parser() -> ServiceParser:
     p.add_argument("--proxy-id", required=True, type=identifier,
                    help=f"the Proxy pool it belongs to (proxy_id; {ID_RULE})")
     p.add_argument("--engine-metrics-url", type=http_url,
-                   help="the engine's /metrics URL; without it no engine series are exported")
+                   help="the engine's /metrics URL; without it no engine series are exported "
+                        "(llama.cpp in router mode: one model's, /metrics?model=NAME, read "
+                        "with autoload=false)")
     p.add_argument("--engine", default=Settings.engine, choices=[AUTO, *MAPPINGS],
                    help="engine kind; auto detects it from the metric names "
                         "(default %(default)s)")
@@ -114,6 +116,11 @@ def parse(argv: Sequence[str] | None) -> Config:
                          "rules count an Instance as a member "
                          "and fresh by its host collector's health, so without it the "
                          "Instance would leave its pool")
+    if a.engine_metrics_url:
+        try:
+            engine_url(a.engine_metrics_url)
+        except ValueError as e:
+            raise UsageError(f"--engine-metrics-url: {e}") from e
     if a.collector_engine and not a.engine_metrics_url:
         raise UsageError("--collector.engine needs --engine-metrics-url: the engine's "
                          "/metrics to read")

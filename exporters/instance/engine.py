@@ -9,18 +9,17 @@ collector success 0, a reason), not idle.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 from prometheus_client.core import Metric
 
 from poolscope.exporters.common import catalog
 from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_text
-from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.health import ErrorReason, HealthBoard
 from poolscope.exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.common.thresholds import KV_FULL, WAITING_Q
@@ -32,6 +31,7 @@ from poolscope.exporters.instance.engines import (
     EngineMapping,
     Series,
 )
+from poolscope.exporters.instance.slots import SlotsReader
 from poolscope.service.identity import Identity
 
 AUTO = "auto"
@@ -55,6 +55,10 @@ class EngineSample:
     generation_tokens: float | None
     # The engine's own limit on concurrent requests, where it states one.
     capacity: float | None = None
+    # True while any rank says it is asleep (it then reads 0 running, 0 waiting, an
+    # empty KV cache, yet serves nothing), False while every rank says it is awake,
+    # None where the page has no sleep state (most engines, older releases).
+    asleep: bool | None = None
 
     @property
     def source(self) -> str:
@@ -199,7 +203,22 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
         engine=mapping.engine,
         kv_cache_usage=sum(kv) / len(kv) if kv else None,
         kv_cache_usage_max=max(kv) if kv else None,
+        asleep=_asleep(found, mapping),
         **{attr: sum(v) if v is not None else None for attr, v in counts.items()})
+
+
+def _asleep(found: dict[str, list[tuple[Labels, float]]], mapping: EngineMapping) -> bool | None:
+    """Asleep when any rank's awake flag is 0: one sleeping rank already refuses the
+    requests routed to it, so the Instance is taken as asleep (coarse upward). A flag
+    that is neither 0 nor 1 is a corrupt page, never read as either."""
+    flags = _field(found, "awake", mapping)
+    if flags is None:
+        return None
+    for flag in flags:
+        if flag not in (0, 1):
+            raise SampleError(ErrorReason.INVALID_VALUE,
+                              f"{mapping.engine} awake flag = {flag!r}, not 0 or 1")
+    return any(flag == 0 for flag in flags)
 
 
 def detect(text: str) -> EngineMapping:
@@ -216,43 +235,68 @@ def detect(text: str) -> EngineMapping:
     return MAPPINGS[engines[0]]
 
 
+def engine_url(url: str) -> str:
+    """The URL the exporter reads for `url`; raises ValueError for one it must not read.
+
+    llama.cpp's router (one llama-server, several models) serves a model's page at
+    /metrics?model=NAME, and by default loads the model a request names, evicting
+    another past --models-max. Reading must not change what the engine runs, so a
+    URL that names a model reads with autoload=false (a model not loaded then fails
+    the read: it is not measured), and one asking for autoload is refused.
+    """
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = dict(query)
+    if "model" not in given:
+        return url
+    # llama.cpp loads the model for "true" and "1" only.
+    if given.get("autoload") in ("true", "1"):
+        raise ValueError(f"{url}: autoload={given['autoload']} would have every read load "
+                         "the model; leave autoload out (the exporter reads with "
+                         "autoload=false)")
+    if "autoload" not in given:
+        query.append(("autoload", "false"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class EngineReader:
     """Fetches the engine's /metrics with a timeout and interprets it.
 
     For an engine that states its slot count beside /metrics (llama.cpp), that
     document is read too unless `engine_capacity` is off (the operator configured
-    a capacity): a failed read of it fails the sample, as a page would.
+    a capacity), as a collector of its own on `board` (exporters/instance/slots.py):
+    its failure costs the capacity, never the load.
     """
 
     name = "engine"
     reasons = (*FETCH_REASONS, ErrorReason.INVALID_VALUE)
 
     def __init__(self, url: str, engine: str = AUTO, timeout: float = 2.0,
-                 engine_capacity: bool = True) -> None:
+                 engine_capacity: bool = True, board: HealthBoard | None = None) -> None:
         if engine != AUTO and engine not in MAPPINGS:
             raise ValueError(f"unknown engine {engine!r}")
-        self.url = url
+        self.url = engine_url(url)
         self._mapping = None if engine == AUTO else MAPPINGS[engine]
-        self._engine_capacity = engine_capacity
+        self._slots = SlotsReader(board) if engine_capacity else None
+        if self._slots is not None and self._mapping is not None and self._mapping.slots_path:
+            self._slots.expect()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def read(self) -> EngineSample:
+        # One deadline for /metrics and /props together: the sampling loop gives the
+        # whole read the engine timeout (plus a little).
+        deadline = asyncio.get_running_loop().time() + (self._timeout.total or 0.0)
         try:
-            # One deadline for /metrics and /props together: the sampling loop
-            # gives the whole read the engine timeout (plus a little).
-            async with asyncio.timeout(self._timeout.total):
-                return await self._read()
+            async with asyncio.timeout_at(deadline):
+                text = await self._fetch(self.url)
         except TimeoutError as e:
             raise SampleError(ErrorReason.TIMEOUT, f"{self.url}: no answer in time") from e
-
-    async def _read(self) -> EngineSample:
-        text = await self._fetch(self.url)
         mapping = self._mapping or detect(text)
         sample = interpret(text, mapping)
-        if mapping.slots_path and self._engine_capacity:
+        if mapping.slots_path and self._slots is not None:
             url = _beside(self.url, mapping.slots_path)
-            sample = replace(sample, capacity=_total_slots(url, await self._fetch(url)))
+            sample = replace(sample, capacity=await self._slots.read(self._fetch, url, deadline))
         return sample
 
     async def _fetch(self, url: str) -> str:
@@ -280,13 +324,3 @@ def _beside(url: str, name: str) -> str:
     replaced, its query kept."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=urljoin(parts.path.rstrip("/"), name)))
-
-
-def _total_slots(url: str, text: str) -> float:
-    try:
-        slots = json.loads(text).get("total_slots")
-    except (ValueError, AttributeError) as e:
-        raise SampleError(ErrorReason.PARSE, f"{url}: not a JSON object: {e}") from e
-    if isinstance(slots, bool) or not isinstance(slots, int) or slots <= 0:
-        raise SampleError(ErrorReason.INVALID_VALUE, f"{url}: total_slots = {slots!r}")
-    return float(slots)

@@ -78,6 +78,9 @@ class EngineMapping:
     generation_tokens: Field
     # A concurrency limit the engine states on its page (TensorRT-LLM's max batch).
     capacity: Field = ()
+    # Whether the engine is awake, where it says so: 1 awake, 0 asleep, per rank
+    # (vLLM's sleep mode). Not summed: any rank at 0 makes the Instance asleep.
+    awake: Field = ()
     copies: tuple[str, ...] = ()
     # Other spellings of a name prefix (SGLang's `sglang_` for `sglang:`,
     # through metric bridges): a name is read under either.
@@ -99,7 +102,7 @@ class EngineMapping:
 
     def names(self) -> frozenset[str]:
         """Every metric name this mapping may read."""
-        every = [s for attr in READ_FIELDS for s in getattr(self, attr)]
+        every = [s for attr in (*READ_FIELDS, *STATE_FIELDS) for s in getattr(self, attr)]
         every += [s for _attr, d in self.derived for s in (d.left, d.right)]
         return frozenset(spelling for series in every for name in series.names
                          for spelling in self.spellings(name))
@@ -110,6 +113,8 @@ LOAD_FIELDS = ("running", "waiting", "kv_cache_usage", "request_success", "promp
                "generation_tokens")
 # Every field read from the page: the load, and the capacity an engine may state.
 READ_FIELDS = (*LOAD_FIELDS, "capacity")
+# Fields read from the page that are states, not amounts (engine.py reads each its own way).
+STATE_FIELDS = ("awake",)
 
 VLLM = EngineMapping(
     engine="vllm",
@@ -121,6 +126,9 @@ VLLM = EngineMapping(
     request_success=read("vllm:request_success_total"),
     prompt_tokens=read("vllm:prompt_tokens_total"),
     generation_tokens=read("vllm:generation_tokens_total"),
+    # Sleep mode's state set (absent from older releases): sleep_state="awake" is 0 while
+    # the engine sleeps at either level (weights_offloaded, discard_all).
+    awake=read("vllm:engine_sleep_state", sleep_state="awake"),
     copies=("pid",),
 )
 
@@ -205,5 +213,27 @@ TRTLLM = EngineMapping(
     ),
 )
 
+# TensorRT-LLM's own server, trtllm-serve, on /prometheus/metrics (its /metrics is
+# JSON), with return_perf_metrics and enable_iter_perf_stats on. Its gauges are
+# set from the engine's iteration statistics, which it drains when a request
+# completes; its one API-server process publishes them in prometheus_client's
+# multiprocess mode, which labels each gauge with that process's pid.
+TRTLLM_SERVE = EngineMapping(
+    engine="trtllm-serve",
+    detect=("trtllm_",),
+    # Active requests: every request the executor holds, paused ones included (the
+    # inference gateways' TotalRunningRequests for trtllm-serve).
+    running=read("trtllm_num_requests_running"),
+    waiting=read("trtllm_num_requests_waiting"),
+    # Used over max KV blocks, as the engine computes it.
+    kv_cache_usage=read("trtllm_kv_cache_utilization"),
+    request_success=read("trtllm_request_success_total"),
+    prompt_tokens=read("trtllm_prompt_tokens_total"),
+    generation_tokens=read("trtllm_generation_tokens_total"),
+    # The most requests the executor keeps active.
+    capacity=read("trtllm_max_num_active_requests"),
+    copies=("pid",),
+)
+
 MAPPINGS: dict[str, EngineMapping] = {
-    m.engine: m for m in (VLLM, SGLANG, TGI, LLAMACPP, TRTLLM)}
+    m.engine: m for m in (VLLM, SGLANG, TGI, LLAMACPP, TRTLLM, TRTLLM_SERVE)}

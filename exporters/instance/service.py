@@ -95,7 +95,8 @@ class InstanceExporter(Collector):
         if settings.engine_enabled and settings.engine_metrics_url:
             self._engine_reader = EngineReader(settings.engine_metrics_url, settings.engine,
                                                settings.engine_timeout,
-                                               engine_capacity=settings.capacity is None)
+                                               engine_capacity=settings.capacity is None,
+                                               board=self.board)
             self.engine = self.loop.add(self._engine_reader,
                                         timeout=settings.engine_timeout + _LOOP_GRACE_S)
             self.engine.observers.append(self.capacity.observe)
@@ -113,7 +114,8 @@ class InstanceExporter(Collector):
         return AdmissionInputs(
             kv_cache_usage=engine.kv_cache_usage_max if engine else None,
             waiting=engine.waiting if engine else None,
-            memory_free_ratio=host.memory_free_ratio if host else None)
+            memory_free_ratio=host.memory_free_ratio if host else None,
+            asleep=engine.asleep if engine else None)
 
     def describe(self) -> list[Metric]:
         return []  # families vary with what is measured; skip describe-time collect()

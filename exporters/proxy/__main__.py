@@ -63,7 +63,8 @@ def build_parser() -> ServiceParser:
     p = ServiceParser(prog=PROG, description="Poolscope Proxy exporter, gateway mode: a "
                            "gateway's own /metrics published as Poolscope's Proxy-side series.")
     p.add_argument("--gateway", required=True, choices=sorted(GATEWAYS),
-                   help="which gateway's page to read")
+                   help="which gateway's page to read (gie: the endpoint picker, GIE's "
+                        "or the llm-d router's)")
     p.add_argument("--gateway-metrics-url", required=True, type=http_url,
                    help="the gateway's /metrics URL (llmgw: its admin listener)")
     pools = p.add_mutually_exclusive_group(required=True)
@@ -78,7 +79,7 @@ def build_parser() -> ServiceParser:
                    help="seconds one read may take (default %(default)g)")
     p.add_argument("--gateway-bearer-token-file", type=Path, metavar="FILE",
                    help="send 'Authorization: Bearer <token>' (the file's content) to the "
-                        "gateway; GIE's endpoint picker asks for one by default")
+                        "gateway; the endpoint picker asks for one by default")
     add_common_flags(p, default_listen=DEFAULT_LISTEN, default_log_level="INFO")
     return p
 

@@ -8,6 +8,13 @@ serves the latest good reading. A failed read leaves every state series out
 is 0 with its reason counted, for every pool the adapter has seen, so the pools
 keep what the Instance exporters measure and the bridges can say why the
 Proxy-side fields are null.
+
+An adapter that knows no pool (with --pool-label, before a read that named one,
+or after a good read that named none) still publishes its health, under
+`proxy_id=""` (`NO_POOL`): a gateway it has never read must show as a failing
+collector on /metrics, not as an empty page. Prometheus stores an empty label as
+no label, so those series name no pool, and no pool's rollups or summary count
+them; a placeholder name would have made a pool of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ PROXY_HEALTH = HealthFamilies(
     sample_age=c.PROXY_COLLECTOR_SAMPLE_AGE, errors=c.PROXY_COLLECTOR_ERRORS)
 Readings = list[PoolReading]
 _GRACE_S = 0.5
+# The proxy_id of the health series while no pool is known: none, as Prometheus stores it.
+NO_POOL = ""
 # The sampling loop hands readers an Instance identity; a gateway reading covers
 # many pools and Instances, and each of its series carries its own.
 _EVERY_POOL = Identity("", "")
@@ -50,7 +59,7 @@ class GatewayReader:
         self.pools = pools
         self.timeout = timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout)
-        # GIE's EPP (v1.5 on) asks for a token on /metrics by default.
+        # The EPP (GIE v1.5, and the llm-d router) asks for a token on /metrics by default.
         self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -59,7 +68,7 @@ class GatewayReader:
             # Created lazily: a ClientSession must be made inside the running loop.
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         text = await fetch_text(self._session, self.url)
-        page = parse_page(text, self.gateway.prefix, self.gateway.families)
+        page = parse_page(text, self.gateway.prefixes, self.gateway.families)
         return self.gateway.read(page, self.pools)
 
     def families(self, sample: Readings, ids: Identity) -> Iterator[Metric]:
@@ -141,7 +150,8 @@ class GatewayExporter(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self.slot.families(_EVERY_POOL)  # the latest reading, while fresh
-        yield from _merged(m for proxy_id in sorted(self.pools_seen)
+        pools = sorted(self.pools_seen) or [NO_POOL]
+        yield from _merged(m for proxy_id in pools
                            for m in self.board.families((proxy_id, c.SOURCE_EXPORTER)))
 
     async def start(self) -> None:

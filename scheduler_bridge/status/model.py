@@ -42,6 +42,7 @@ PERCENT = 100.0
 # What each column means, for the legend under the table and the page's title text.
 LEGEND = {
     "unknown": "not measured, which is not 0",
+    "asleep": "its engine is asleep (vLLM's sleep mode): no capacity until woken",
     "missing": "alive, but no fresh resource data",
     "idle": "no dispatch for the idle threshold",
     "idle_unknown": "no dispatch since the Proxy started: unknown, not idle",
@@ -128,6 +129,7 @@ class PoolView:
     instances_total: int | None
     alive: int | None
     stale: int | None
+    asleep: int | None
     missing: int | None
     idle: int | None
     idle_unknown: int | None
@@ -188,6 +190,7 @@ def pool_view(s: PoolSummary, trend: TrendView | None = None) -> PoolView:
         instances_total=s.instances.total,
         alive=s.instances.alive,
         stale=s.instances.stale,
+        asleep=s.instances.asleep,
         missing=s.instances.missing_resource,
         idle=s.instances.idle,
         idle_unknown=s.instances.idle_unknown,

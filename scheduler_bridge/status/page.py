@@ -150,7 +150,7 @@ def _page(status: int, refresh_s: int, title: str, body: str) -> web.Response:
 
 # --- the fleet ------------------------------------------------------------------
 
-POOL_HEADERS = ("Pool", "Load", "Saturation", "Alive", "Stale", "Missing", "Idle",
+POOL_HEADERS = ("Pool", "Load", "Saturation", "Alive", "Stale", "Asleep", "Missing", "Idle",
                 "Idle unknown", "Data quality", "Admission")
 CAPACITY_HEADERS = ("Model", "Used / free / unhealthy", "Total", "Used", "Free", "Unhealthy",
                     "Memory")
@@ -175,7 +175,7 @@ def render_body(view: FleetView, idle_section: str) -> str:
     else:
         parts.append(f"<h2>GPUs</h2><p class=unknown-text>No pool has GPU data "
                      f"({escape(LEGEND['no_gpu_data'])}).</p>")
-    parts.append(legend(("Missing", "missing"), ("Idle", "idle"),
+    parts.append(legend(("Asleep", "asleep"), ("Missing", "missing"), ("Idle", "idle"),
                          ("Idle unknown", "idle_unknown"), ("no GPU data", "no_gpu_data"),
                          ("Used / free / unhealthy", "gpus"), ("Last 15 min", "trend")))
     return "".join(parts)
@@ -188,7 +188,7 @@ def _stale_note(view: FleetView | PoolDetailView) -> str:
 
 def _pool_row(p: PoolView, *, link: bool, trend: bool) -> str:
     figures = "".join(figure(count(n)) for n in
-                      (p.alive, p.stale, p.missing, p.idle, p.idle_unknown))
+                      (p.alive, p.stale, p.asleep, p.missing, p.idle, p.idle_unknown))
     quality = escape(p.data_quality)
     name = escape(p.proxy_id)
     if link and valid_id(p.proxy_id):  # any other id is refused by the pool page

@@ -52,7 +52,7 @@ MIN_BAR, MAX_BAR = 5, 30
 MAX_ID = 32
 FIGURE = 4  # "100%" and "?" right-aligned after a bar
 SEP = "  "
-POOL_HEADERS = ("POOL", "LOAD", "SATURATION", "ALIVE", "STALE", "MISS", "IDLE", "IDLE?",
+POOL_HEADERS = ("POOL", "LOAD", "SATURATION", "ALIVE", "STALE", "ASLEEP", "MISS", "IDLE", "IDLE?",
                 "QUALITY", "ADMISSION")
 GPU_HEADERS = ("POOL", "GPU UTIL", "GPU MEMORY", "MODEL", "HEALTHY", "UNHEALTHY", "USED", "FREE",
                "MEMORY")
@@ -91,7 +91,8 @@ def render_text(view: FleetView, style: Style) -> str:
     lines += ["", *table(POOL_HEADERS, lambda bar_w: [_pool_row(p, id_w, bar_w, style)
                                                        for p in view.pools], style)]
     lines += ["", *_gpu_section(view, id_w, style), "", *textwrap.wrap(
-        f"MISS: {LEGEND['missing']}; IDLE?: {LEGEND['idle_unknown']}; "
+        f"ASLEEP: {LEGEND['asleep']}; MISS: {LEGEND['missing']}; "
+        f"IDLE?: {LEGEND['idle_unknown']}; "
         f"{bar(None, 3, unicode=style.unicode)} {UNKNOWN}: {LEGEND['unknown']}; "
         f"{NO_GPU_DATA}: {LEGEND['no_gpu_data']}", style.width)]
     return "\n".join(lines)
@@ -102,7 +103,7 @@ def _pool_row(p: PoolView, id_w: int, bar_w: int, style: Style) -> list[Cell]:
     return [(clip(p.proxy_id, id_w, style), None),
             _gauge(p.load_ratio, bar_w, style), _gauge(p.saturation, bar_w, style),
             *((count(n), None if n is not None else "unknown")
-              for n in (p.alive, p.stale, p.missing, p.idle, p.idle_unknown)),
+              for n in (p.alive, p.stale, p.asleep, p.missing, p.idle, p.idle_unknown)),
             (p.data_quality, quality), (state(p.admission_state), None)]
 
 

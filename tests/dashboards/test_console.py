@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dashboards import CONSOLE_PATH
+from poolscope.exporters.common import catalog
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.console_page import pool_rows
 from tests.support.chromium import chromium
@@ -47,8 +48,7 @@ def test_state_cells_show_the_rules_current_state(prom: Prometheus) -> None:
                for s in prom.query("proxy_pool:data_quality == 1")}
     rows = pool_rows(console_html(prom))
     assert {pool: cells["quality"] for pool, cells in rows.items()} == quality
-    assert all(cells["admission"] in ("accepting", "degraded", "saturated", "draining",
-                                      "unknown") for cells in rows.values())
+    assert all(cells["admission"] in catalog.ADMISSION_STATES for cells in rows.values())
 
 
 def test_console_renders_in_chromium(prom: Prometheus, tmp_path: Path) -> None:

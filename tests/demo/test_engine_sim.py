@@ -144,6 +144,10 @@ VLLM_FAMILIES = {
         "histogram", "Histogram of time to first token in seconds."),
     "vllm:request_queue_time_seconds": (
         "histogram", "Histogram of time spent in WAITING phase for request."),
+    "vllm:engine_sleep_state": (
+        "gauge", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means "
+        "engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+        "sleep level 2."),
 }
 
 
@@ -157,7 +161,8 @@ async def test_exposition_parses_with_vllm_names_help_and_labels() -> None:
         for sample in family.samples:
             assert sample.labels["model_name"] == MODEL
             assert sample.labels["engine"] == "0"
-            assert set(sample.labels) - {"model_name", "engine"} <= {"finished_reason", "le"}
+            assert set(sample.labels) - {"model_name", "engine"} <= {"finished_reason", "le",
+                                                                     "sleep_state"}
     success = next(f for f in families if f.name == "vllm:request_success")
     assert {s.labels["finished_reason"]: s.value for s in success.samples} == {
         "stop": 0.0, "length": 0.0, "abort": 0.0}
@@ -448,3 +453,27 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str],
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("engine_sim: error:")
+
+
+def _sleep_states(m: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
+    return {labels[0][1]: v for (name, labels), v in m.items()
+            if name == "vllm:engine_sleep_state"}
+
+
+async def test_sleep_mode_as_vllm_publishes_it_and_refuses_requests_while_asleep() -> None:
+    async with engine() as h:
+        assert _sleep_states(await h.scrape()) == {
+            "awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}
+        for level, state in (("1", "weights_offloaded"), ("2", "discard_all")):
+            assert (await h.client.post(f"/sleep?level={level}")).status == 200
+            assert await (await h.client.get("/is_sleeping")).json() == {"is_sleeping": True}
+            m = await h.scrape()
+            assert _sleep_states(m) == {"awake": 0.0, "weights_offloaded": 0.0,
+                                        "discard_all": 0.0, state: 1.0}
+            assert await h.load_is(running=0, waiting=0)
+            status, _ = await h.chat()
+            assert status == 503
+        assert (await h.client.post("/sleep?level=3")).status == 400
+        assert (await h.client.post("/wake_up")).status == 200
+        assert await (await h.client.get("/is_sleeping")).json() == {"is_sleeping": False}
+        assert _sleep_states(await h.scrape())["awake"] == 1.0

@@ -31,6 +31,7 @@ class EngineServer:
     requests: int = 0
     # llama.cpp's /props beside /metrics: None answers 404, as other engines do.
     props: str | None = None
+    props_hang: bool = False
     props_requests: int = 0
     _release: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -43,9 +44,20 @@ class EngineServer:
 
     async def handle_props(self, _: web.Request) -> web.Response:
         self.props_requests += 1
+        if self.props_hang:
+            await self._release.wait()
         if self.props is None:
             return web.Response(status=404)
         return web.Response(text=self.props, content_type="application/json")
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    """`app` on a free loopback port: its runner (to clean up) and base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
 @pytest.fixture
@@ -54,12 +66,8 @@ async def engine_server() -> AsyncIterator[EngineServer]:
     app = web.Application()
     app.router.add_get("/metrics", server.handle)
     app.router.add_get("/props", server.handle_props)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    server.url = f"http://127.0.0.1:{port}/metrics"
+    runner, base = await serve(app)
+    server.url = f"{base}/metrics"
     yield server
     server._release.set()
     await runner.cleanup()

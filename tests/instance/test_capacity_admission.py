@@ -102,7 +102,7 @@ async def test_admission_is_a_state_set(engine_server: EngineServer,
     assert level() == 0.0  # unknown: the lowest level, so any known state outranks it
     await exporter.loop.sample_all()
     assert states() == {**dict.fromkeys(map(str, AdmissionState), 0.0), "saturated": 1.0}
-    assert level() == 2.0
+    assert level() == 3.0
     exporter.admission.draining = True
     assert states()["draining"] == 1.0 and sum(v or 0 for v in states().values()) == 1
     assert level() == 1.0
@@ -112,4 +112,4 @@ def test_admission_levels_order_the_states_best_first() -> None:
     """The pool's state is the max level over its members: the best any offers."""
     ranked = sorted(catalog.ADMISSION_LEVELS, key=catalog.ADMISSION_LEVELS.__getitem__,
                     reverse=True)
-    assert ranked == ["accepting", "degraded", "saturated", "draining", "unknown"]
+    assert ranked == ["accepting", "degraded", "saturated", "asleep", "draining", "unknown"]

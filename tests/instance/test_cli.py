@@ -34,10 +34,12 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     [*BASE, "--capacity", "-3"],
     [*BASE, "--engine", "mlc-llm"],
     [*BASE, "--engine-metrics-url", "localhost:8000/metrics"],
+    # llama.cpp's router would load the model for every read.
+    [*BASE, "--engine-metrics-url", "http://127.0.0.1:8080/metrics?model=m&autoload=true"],
     [*BASE, "--admission-kv-degraded", "0.99", "--admission-kv-saturated", "0.5"],
     ["--proxy-id", "p-1"],
 ], ids=["listen", "port", "interval-zero", "interval-negative", "timeout-nan", "capacity",
-        "engine", "url", "thresholds", "no-instance-id"])
+        "engine", "url", "router-autoload", "thresholds", "no-instance-id"])
 def test_invalid_flags_exit_2_with_one_line(args: list[str]) -> None:
     result = run(*args)
     assert result.returncode == 2

@@ -106,6 +106,11 @@ NO_KV = {"kv_cache_usage": None, "kv_cache_usage_max": None}
     # derived as the backend derives them, active - scheduled and used / max blocks.
     ("triton_trtllm_legacy", dict(engine="trtllm", running=8, waiting=12 - 8,
                                   **_kv(3744 / 6240), request_success=1200, capacity=256)),
+    # trtllm-serve's own names: active requests run, the executor's most active
+    # requests are its capacity; gauges carry the API server's pid (multiprocess mode).
+    ("trtllm_serve", dict(engine="trtllm-serve", running=48, waiting=7, **_kv(0.626),
+                          request_success=1191 + 9, prompt_tokens=1843200,
+                          generation_tokens=307200, capacity=256)),
 ])
 def test_fixture_pages_map_to_engine_load(fixture: str, expected: dict[str, object]) -> None:
     text = fixture_text(fixture)
@@ -226,6 +231,28 @@ def test_trtllm_derived_figures_are_refused_when_impossible_and_absent_when_unde
     assert sample.kv_cache_usage is None and sample.waiting == 4
 
 
+def test_trtllm_serve_before_its_first_iteration_statistics_is_not_measured() -> None:
+    # Until a request completes, the one series is the cached-token counter created at
+    # start-up: no load is measured, which is not a load of 0.
+    family = "trtllm_prompt_cached_tokens_total"
+    page = "".join(line.replace("614400.0", "0.0") + "\n"
+                   for line in fixture_text("trtllm_serve").splitlines() if family in line)
+    assert detect(page).engine == "trtllm-serve"
+    with pytest.raises(SampleError) as err:
+        interpret(page, detect(page))
+    assert err.value.reason is ErrorReason.PARSE
+    assert "no trtllm-serve load metrics" in str(err.value)
+
+
+def test_trtllm_serve_gauges_of_several_api_server_processes_count_once() -> None:
+    # The same engine's gauges once per API-server pid: copies, read at their max.
+    text = fixture_text("trtllm_serve")
+    second = [line.replace('pid="2851"', 'pid="2852"').replace(" 48.0", " 0.0")
+              for line in text.splitlines() if 'pid="2851"' in line]
+    sample = interpret(text + "\n".join(second) + "\n", MAPPINGS["trtllm-serve"])
+    assert (sample.running, sample.waiting, sample.capacity) == (48, 7, 256)
+
+
 def test_forced_engine_that_does_not_match_the_page_is_a_parse_error() -> None:
     with pytest.raises(SampleError) as err:
         interpret(fixture_text("tgi"), SGLANG)
@@ -266,16 +293,77 @@ async def test_llamacpp_slots_from_props_are_its_capacity(
     assert registry.get_sample_value("poolscope_instance_capacity_requests", src) == 2
     assert registry.get_sample_value("poolscope_engine_generation_tokens_total", src) == 2000
     assert "poolscope_engine_kv_cache_usage_ratio" not in names(registry)
-    # /props unreadable: the sample fails with its reason; no stale slot count is kept.
-    engine_server.props = "<html>not json"
+    assert registry.get_sample_value("poolscope_collector_success",
+                                     health("engine_capacity")) == 1
+
+
+@pytest.mark.parametrize(("props", "reason"), [
+    (None, "http_status"),  # 404: a reverse proxy that passes only /metrics
+    ("<html>not json", "parse"),
+    ('{"total_slots": 0}', "invalid_value"),
+    ('{"role": "router", "max_instances": 4}', "invalid_value"),  # a router's own /props
+])
+async def test_an_unreadable_props_costs_the_capacity_not_the_load(
+        engine_server: EngineServer, make_exporter: MakeExporter,
+        caplog: pytest.LogCaptureFixture, props: str | None, reason: str) -> None:
+    engine_server.body = fixture_text("llamacpp_busy")
+    engine_server.props = (FIXTURES / "llamacpp_props.json").read_text()
+    exporter, registry = make_exporter(engine_metrics_url=engine_server.url)
     await exporter.loop.sample_all()
-    assert registry.get_sample_value("poolscope_collector_errors_total",
-                                     health("engine", reason="parse")) == 1
-    assert "poolscope_instance_capacity_requests" not in names(registry)
-    engine_server.props = '{"total_slots": 0}'
+    src = labels("engine:llamacpp")
+    assert registry.get_sample_value("poolscope_instance_capacity_requests", src) == 2
+
+    engine_server.props = props
     await exporter.loop.sample_all()
+    # The load is measured and published as before...
+    assert registry.get_sample_value("poolscope_collector_success", health("engine")) == 1
+    assert registry.get_sample_value("poolscope_engine_requests_running", src) == 2
+    assert registry.get_sample_value("poolscope_engine_requests_waiting", src) == 3
+    assert registry.get_sample_value("poolscope_engine_prompt_tokens_total", src) == 10
+    # ...the capacity's own collector says why it has none, and the log names the URL.
+    assert registry.get_sample_value("poolscope_collector_success",
+                                     health("engine_capacity")) == 0
     assert registry.get_sample_value("poolscope_collector_errors_total",
-                                     health("engine", reason="invalid_value")) == 1
+                                     health("engine_capacity", reason=reason)) == 1
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("engine", reason=reason)) == 0
+    props_url = engine_server.url.removesuffix("metrics") + "props"
+    assert any(props_url in r.getMessage() and reason in r.getMessage()
+               for r in caplog.records), caplog.text
+    # No stale slot count: the capacity falls back to the learned one (2 seen running).
+    assert registry.get_sample_value("poolscope_instance_capacity_requests", src) is None
+    assert registry.get_sample_value("poolscope_instance_capacity_requests",
+                                     labels("learned")) == 2
+
+    engine_server.props = (FIXTURES / "llamacpp_props.json").read_text()
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_collector_success",
+                                     health("engine_capacity")) == 1
+    assert registry.get_sample_value("poolscope_instance_capacity_requests", src) == 2
+
+
+async def test_a_hanging_props_times_out_alone_within_the_engine_timeout(
+        engine_server: EngineServer, make_exporter: MakeExporter) -> None:
+    engine_server.body = fixture_text("llamacpp_busy")
+    engine_server.props_hang = True
+    exporter, registry = make_exporter(engine_metrics_url=engine_server.url,
+                                       engine_timeout=0.3)
+    await exporter.loop.sample_all()
+    assert registry.get_sample_value("poolscope_collector_success", health("engine")) == 1
+    assert registry.get_sample_value("poolscope_engine_requests_running",
+                                     labels("engine:llamacpp")) == 2
+    assert registry.get_sample_value("poolscope_collector_errors_total",
+                                     health("engine_capacity", reason="timeout")) == 1
+
+
+async def test_engines_that_state_no_slots_beside_their_page_have_no_capacity_collector(
+        engine_server: EngineServer, make_exporter: MakeExporter) -> None:
+    engine_server.body = fixture_text("vllm")
+    exporter, registry = make_exporter(engine_metrics_url=engine_server.url)
+    await exporter.loop.sample_all()
+    assert engine_server.props_requests == 0
+    assert not [s for m in registry.collect() for s in m.samples
+                if s.labels.get("collector") == "engine_capacity"]
 
 
 async def test_a_configured_capacity_wins_and_props_is_not_read(
@@ -287,6 +375,8 @@ async def test_a_configured_capacity_wins_and_props_is_not_read(
                                      labels("configured")) == 6
     assert registry.get_sample_value("poolscope_collector_success", health("engine")) == 1
     assert engine_server.props_requests == 0
+    assert registry.get_sample_value("poolscope_collector_success",
+                                     health("engine_capacity")) is None
 
 
 async def test_trtllm_max_batch_is_its_capacity_over_the_learned_mark(

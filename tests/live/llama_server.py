@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.demo.processes import Child, ProcessGroup
+from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
 
 ENV = "LLAMA_SERVER_DIR"
 BINARY = "llama-server"
@@ -48,11 +48,48 @@ def start(group: ProcessGroup, directory: Path, model: Path, port: int, *, slots
       for a slot; the default (slots + 4) leaves too few for the test's and the
       exporter's reads of /metrics, /props and /slots beside 5 completions.
     """
-    argv = [str(directory / BINARY), "-m", str(model), "--metrics",
-            "-np", str(slots), "-c", str(slots * slot_context), "-t", "1",
-            "--threads-http", str(HTTP_THREADS),
-            "--host", "127.0.0.1", "--port", str(port)]
-    return group.start("llama-server", argv)
+    return group.start("llama-server", [str(directory / BINARY), "-m", str(model),
+                                         *_serving(port, slots, slot_context)])
+
+
+def serve(group: ProcessGroup, directory: Path, model: Path, *, slots: int,
+          slot_context: int, timeout: float, router: bool = False) -> str:
+    """llama-server (`start`), or with `router` a router over the directory `model`
+    (`start_router`), on a free port once it answers /health; its base URL."""
+    port = port_or_free(0)
+    child = (start_router if router else start)(group, directory, model, port, slots=slots,
+                                                slot_context=slot_context)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(f"{url}/health", child, timeout=timeout)  # 503 while loading
+    return url
+
+
+def start_router(group: ProcessGroup, directory: Path, models: Path, port: int, *,
+                 slots: int, slot_context: int) -> Child:
+    """llama-server in router mode: no model of its own, one child llama-server per model
+    of `models` (GGUF files, named by their stem), each started with the same settings
+    as `start` gives a server of its own, loaded on demand and by POST /models/load."""
+    return group.start("llama-router", [str(directory / BINARY), "--models-dir", str(models),
+                                        *_serving(port, slots, slot_context)])
+
+
+def _serving(port: int, slots: int, slot_context: int) -> list[str]:
+    return ["--metrics", "-np", str(slots), "-c", str(slots * slot_context), "-t", "1",
+            "--threads-http", str(HTTP_THREADS), "--host", "127.0.0.1", "--port", str(port)]
+
+
+def post_json(url: str, body: dict[str, Any], timeout: float = 5) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as r:
+        answer: dict[str, Any] = json.load(r)
+    return answer
+
+
+def model_status(base_url: str, model: str) -> str:
+    """What a router says of `model` in GET /models: unloaded, loading, loaded..."""
+    models = json.loads(get(f"{base_url}/models"))["data"]
+    return str(next(m for m in models if m["id"] == model)["status"]["value"])
 
 
 def get(url: str, timeout: float = 5) -> bytes:
@@ -103,12 +140,12 @@ def read(base_url: str) -> LlamaView:
         slots=len(slots))
 
 
-def complete(base_url: str, prompt: str, n_predict: int, timeout: float) -> dict[str, Any]:
-    """POST /completion generating exactly `n_predict` tokens (EOS ignored); the answer."""
-    body = json.dumps({"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
-                       "stream": False}).encode()
-    request = urllib.request.Request(f"{base_url}/completion", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as r:
-        answer: dict[str, Any] = json.load(r)
-    return answer
+def complete(base_url: str, prompt: str, n_predict: int, timeout: float,
+             model: str | None = None) -> dict[str, Any]:
+    """POST /completion generating exactly `n_predict` tokens (EOS ignored); the answer.
+    A router needs the `model` to route it to."""
+    body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True,
+                            "stream": False}
+    if model is not None:
+        body["model"] = model
+    return post_json(f"{base_url}/completion", body, timeout)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -172,20 +173,25 @@ def _llama_server_dir() -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextmanager
+def tiny_llama_server(workdir: Path) -> Iterator[tuple[Launcher, str]]:
+    """The built llama-server on a tiny generated model with SLOTS slots, and the Launcher
+    that started it (for what a test starts beside it); everything stops after."""
     directory = _llama_server_dir()
-    workdir = tmp_path_factory.mktemp("live-llamacpp")
     model = write_tiny_llama(directory / llama_server.VOCAB, workdir / "tiny.gguf",
                              context_length=SLOT_CONTEXT)
     launcher = Launcher(workdir)
     try:
-        llama_port = port_or_free(0)
-        llama = f"http://127.0.0.1:{llama_port}"
-        child = llama_server.start(launcher.group, directory, model, llama_port,
-                                   slots=SLOTS, slot_context=SLOT_CONTEXT)
-        wait_ready(f"{llama}/health", child, timeout=START_S)  # 503 while loading
+        yield launcher, llama_server.serve(launcher.group, directory, model, slots=SLOTS,
+                                           slot_context=SLOT_CONTEXT, timeout=START_S)
+    finally:
+        launcher.stop()
 
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("live-llamacpp")
+    with tiny_llama_server(workdir) as (launcher, llama):
         exporter_port = port_or_free(0)
         exporter = launcher.group.start_python(
             f"exporter-{INSTANCE}", "poolscope.exporters.instance", "--instance-id", INSTANCE,
@@ -199,8 +205,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             bridge = launcher.scheduler_bridge("scheduler-bridge", [prom.url])
             launcher.wait()
             yield Stack(llama, f"http://127.0.0.1:{exporter_port}/metrics", bridge, prom)
-    finally:
-        launcher.stop()
 
 
 def _wait(probe: Callable[[], T], ok: Callable[[T], bool], timeout: float, what: str) -> T:

@@ -16,10 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from poolscope.exporters.proxy.__main__ import DEFAULT_LISTEN, parse
 from poolscope.service.argtypes import UsageError
+from tests.proxy.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
 from tests.support.commands import command_process
 from tests.support.polling import eventually
 from tests.support.prometheus import free_port
-from tests.support.static_http import serving
+from tests.support.static_http import Page, serving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
 URL = "http://router.example:9090/metrics"
@@ -91,7 +92,10 @@ def test_defaults_and_the_pool_label_per_gateway() -> None:
     assert parse([*BASE, "--pool-label", "--sample-interval", "2"]).interval == 2.0
 
 
-def _metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+Series = tuple[str, frozenset[tuple[str, str]]]
+
+
+def _metrics(url: str) -> dict[Series, float]:
     """The page at `url` by (sample name, labels); empty while it does not answer."""
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -102,8 +106,17 @@ def _metrics(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def _series(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
+def _series(name: str, **labels: str) -> Series:
     return name, frozenset(labels.items())
+
+
+def _served(url: str, proc: subprocess.Popen[str], series: Series,
+            what: str) -> dict[Series, float]:
+    """The adapter's page once it serves `series`; fails at once if the process exits."""
+    seen = eventually(lambda: _metrics(url), lambda seen: series in seen or proc.poll() is not None,
+                      timeout=60, what=f"{what} on /metrics")
+    assert proc.poll() is None, proc.communicate()
+    return seen
 
 
 def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
@@ -115,11 +128,7 @@ def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
         base = f"http://127.0.0.1:{port}"
         chat = {"proxy_id": "chat", "source": "gateway:llmgw"}
         alive = _series("poolscope_proxy_pool_instances_alive", **chat)
-        page = eventually(  # a process that exited ends the wait too
-            lambda: _metrics(f"{base}/metrics"),
-            lambda page: alive in page or proc.poll() is not None,
-            timeout=60, what="the llmgw-derived series on /metrics")
-        assert proc.poll() is None, proc.communicate()
+        page = _served(f"{base}/metrics", proc, alive, "the llmgw-derived series")
         assert page[alive] == 2
         assert page[_series("poolscope_proxy_pool_inflight_requests", **chat)] == 40
         batch = {"proxy_id": "batch", "source": "gateway:llmgw"}
@@ -132,6 +141,38 @@ def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
         assert proc.wait(timeout=30) == 0
         _, stderr = proc.communicate()
         assert f"serving http://127.0.0.1:{port}" in stderr
+
+
+def test_a_pool_label_adapter_never_read_says_so_on_metrics() -> None:
+    """Before its first good read a --pool-label adapter knows no pool, yet its
+    /metrics shows the gateway collector failing, under no pool (proxy_id=""),
+    which is what the collector-failing alert fires on; once the llm-d router's
+    page (its llm_d_epp_* names only) answers, the pool's series replace it."""
+    page = Page(without_families(fixture_text(LLM_D), "inference_").encode(), status=503)
+    port = free_port()
+    with serving(page) as gateway_url, command_process(
+            "poolscope.exporters.proxy", "--gateway", "gie", "--gateway-metrics-url", gateway_url,
+            "--pool-label", "--sample-interval", "0.2", "--listen", f"127.0.0.1:{port}") as proc:
+        url = f"http://127.0.0.1:{port}/metrics"
+        no_pool = {"proxy_id": "", "source": "exporter", "collector": "gateway"}
+        failing = _series("poolscope_proxy_collector_success", **no_pool)
+        seen = _served(url, proc, failing, "the gateway collector's failure")
+        assert seen[failing] == 0
+        assert seen[_series("poolscope_proxy_collector_errors_total", **no_pool,
+                            reason="http_status")] >= 1
+        assert not [name for name, _ in seen if name.startswith("poolscope_proxy_pool_")]
+
+        page.status = 200
+        pool = {"proxy_id": LLM_D_POOL, "source": "gateway:gie"}
+        alive = _series("poolscope_proxy_pool_instances_alive", **pool)
+        seen = _served(url, proc, alive, "the llm-d router's pool")
+        assert seen[alive] == 3
+        assert seen[_series("poolscope_proxy_pool_inflight_requests", **pool)] == 25
+        assert seen[_series("poolscope_proxy_requests_total", **pool, outcome="any")] == 23642
+        assert seen[_series("poolscope_proxy_collector_success", proxy_id=LLM_D_POOL,
+                            source="exporter", collector="gateway")] == 1
+        assert not [labels for name, labels in seen
+                    if name.startswith("poolscope_proxy_") and ("proxy_id", "") in labels]
 
 
 def test_busy_port_exits_1() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -23,15 +22,22 @@ from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.exporters.proxy.__main__ import parse
-from poolscope.exporters.proxy.gateway import GatewayExporter, GatewayReader, reading_families
+from poolscope.exporters.proxy.gateway import (
+    NO_POOL,
+    GatewayExporter,
+    GatewayReader,
+    reading_families,
+)
 from poolscope.exporters.proxy.gateways import GATEWAYS
 from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
 from poolscope.service.argtypes import UsageError
 from tests.proxy.conftest import until
+from tests.proxy.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
 from tests.support.prometheus import free_port
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
-GIE_FIXTURES = ("gie_epp_objective", "gie_epp_model")
+# The endpoint picker's pages: the llm-d router's (both its generations of names),
+# then GIE's v1.5.0 and v1.0.2.
+GIE_FIXTURES = (LLM_D, "gie_epp_objective", "gie_epp_model")
 
 # What a gateway reading publishes: every one of these is absent while the gateway fails.
 STATE_FAMILIES = (
@@ -57,10 +63,6 @@ Samples = dict[str, list[tuple[Labels, float]]]
 T = TypeVar("T")
 
 
-def fixture_text(name: str) -> str:
-    return (FIXTURES / f"{name}.txt").read_text()
-
-
 def samples_of(text: str) -> Samples:
     """Every sample of an exposition page by sample name, read with client_python's
     own parser (not the product's), so the expectations below state their ground truth."""
@@ -73,7 +75,7 @@ def samples_of(text: str) -> Samples:
 
 def read(gateway: str, text: str, pools: Pools) -> dict[str, PoolReading]:
     g = GATEWAYS[gateway]
-    return {r.proxy_id: r for r in g.read(parse_page(text, g.prefix, g.families), pools)}
+    return {r.proxy_id: r for r in g.read(parse_page(text, g.prefixes, g.families), pools)}
 
 
 def reading_error(gateway: str, text: str, pools: Pools) -> SampleError:
@@ -87,6 +89,12 @@ def swap(text: str, old: str, new: str) -> str:
     missed would make its test vacuous."""
     assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
     return text.replace(old, new)
+
+
+def revalue(line: str, value: str) -> Callable[[str], str]:
+    """A mutation: the page with the sample `line` given `value` instead."""
+    series = line.rsplit(" ", 1)[0]
+    return lambda text: swap(text, line, f"{series} {value}")
 
 
 # --- ground truth, from the fixture text --------------------------------------
@@ -120,17 +128,42 @@ def llmgw_truth(text: str) -> tuple[dict[str, Truth], float]:
     return pools, admission
 
 
-def gie_truth(text: str) -> tuple[str, Truth, float]:
-    """The one pool of an EPP page: its name, counts and request total."""
+@dataclass(frozen=True)
+class EppNames:
+    """One generation of the EPP's names (the fixtures README lists them)."""
+
+    members: str
+    endpoint: str  # the members family's label naming the endpoint
+    ready: str
+    running: str
+    requests: str
+
+
+LLM_D_NAMES = EppNames("llm_d_epp_per_endpoint_queue_size", "model_server_endpoint",
+                       "llm_d_epp_ready_endpoints", "llm_d_epp_request_running",
+                       "llm_d_epp_request_total")
+OBJECTIVE_NAMES = EppNames("inference_pool_per_pod_queue_size", "model_server_pod",
+                           "inference_pool_ready_pods", "inference_objective_running_requests",
+                           "inference_objective_request_total")
+MODEL_NAMES = EppNames(OBJECTIVE_NAMES.members, OBJECTIVE_NAMES.endpoint, OBJECTIVE_NAMES.ready,
+                       "inference_model_running_requests", "inference_model_request_total")
+# The generation each fixture is read by: the llm-d router's page carries the two newest.
+FIXTURE_NAMES = {LLM_D: LLM_D_NAMES, "gie_epp_objective": OBJECTIVE_NAMES,
+                 "gie_epp_model": MODEL_NAMES}
+
+
+def gie_truth(text: str, names: EppNames) -> tuple[str, Truth, float]:
+    """The one pool of an EPP page, by one generation's names: its name, counts and
+    request total."""
     s = samples_of(text)
-    (ready_labels, ready), = s["inference_pool_ready_pods"]
-    pods = frozenset(lb["model_server_pod"] for lb, _ in s["inference_pool_per_pod_queue_size"])
-    running = next(s[n] for n in ("inference_objective_running_requests",
-                                  "inference_model_running_requests") if n in s)
-    requests = next(s[n] for n in ("inference_objective_request_total",
-                                   "inference_model_request_total") if n in s)
-    truth = Truth(float(len(pods)), ready, None, sum(v for _, v in running), pods)
-    return ready_labels["name"], truth, sum(v for _, v in requests)
+    (ready_labels, ready), = s[names.ready]
+    pods = frozenset(lb[names.endpoint] for lb, _ in s[names.members])
+    truth = Truth(float(len(pods)), ready, None, sum(v for _, v in s[names.running]), pods)
+    return ready_labels["name"], truth, sum(v for _, v in s[names.requests])
+
+
+def fixture_truth(fixture: str) -> tuple[str, Truth, float]:
+    return gie_truth(fixture_text(fixture), FIXTURE_NAMES[fixture])
 
 
 def test_the_fixture_sums_are_the_readme_s() -> None:
@@ -141,9 +174,11 @@ def test_the_fixture_sums_are_the_readme_s() -> None:
         "chat": (3, 2, 1, 40), "batch": (2, 1, 1, 22)}
     assert admission == 44
     for name in GIE_FIXTURES:
-        pool, truth, requests = gie_truth(fixture_text(name))
+        pool, truth, requests = fixture_truth(name)
         assert pool == "vllm-llama3-8b-instruct"
         assert (truth.registered, truth.alive, truth.inflight, requests) == (3, 3, 25, 23642)
+    # The llm-d router publishes its deprecated GIE names with the same values.
+    assert gie_truth(fixture_text(LLM_D), OBJECTIVE_NAMES) == fixture_truth(LLM_D)
 
 
 def assert_reading(reading: PoolReading, truth: Truth) -> None:
@@ -235,7 +270,7 @@ def test_llmgw_member_with_one_liveness_flag_is_not_called_alive() -> None:
 @pytest.mark.parametrize("mode", ["pool_label", "proxy_id"])
 def test_gie_reads_ready_pods_running_and_requests(fixture: str, mode: str) -> None:
     text = fixture_text(fixture)
-    pool, truth, requests = gie_truth(text)
+    pool, truth, requests = fixture_truth(fixture)
     pools = Pools(label="name") if mode == "pool_label" else Pools(proxy_id="p1")
     proxy_id = pool if mode == "pool_label" else "p1"
     readings = read("gie", text, pools)
@@ -674,6 +709,52 @@ async def test_fixed_pool_says_why_before_its_first_good_read(
         await gateway.down()
 
 
+async def test_pool_label_adapter_says_why_before_it_knows_a_pool(
+        make_exporter: MakeExporter) -> None:
+    """With --pool-label no pool is known until a read names one. The collector's
+    health is published all the same, under no pool (proxy_id=""), so a gateway
+    never read shows as a failing collector on /metrics, not as an empty page; the
+    pool's own health replaces it once the gateway answers (here the llm-d
+    router's page, its own names only)."""
+    gateway = FakeGateway(body=without_families(fixture_text(LLM_D), "inference_").encode(),
+                          port=free_port())
+    exporter = make_exporter("gie", gateway.url, Pools(label="name"), interval=0.05)
+    registry = exporter.registry()
+    await exporter.start()
+    try:
+        page = scrape(registry)
+        assert health(page, "poolscope_proxy_collector_success", NO_POOL) == 0
+        assert errors(page, NO_POOL)["connection"] >= 1
+        assert health(page, "poolscope_proxy_collector_sample_age_seconds", NO_POOL) is None
+        assert state_series(page) == []
+        await gateway.up()
+        page = await until(lambda: scrape(registry),
+                           lambda page: bool(state_series(page)), "the llm-d router's pool",
+                           WAIT_S)
+        assert health(page, "poolscope_proxy_collector_success", LLM_D_POOL) == 1
+        assert {lb["proxy_id"] for name, series in page.items() for lb, _ in series
+                if name.startswith("poolscope_proxy_")} == {LLM_D_POOL}
+        source = {"proxy_id": LLM_D_POOL, "source": "gateway:gie"}
+        assert value(page, c.POOL_INSTANCES_ALIVE.name, **source) == 3
+        assert value(page, c.POOL_INFLIGHT.name, **source) == 25
+    finally:
+        await gateway.down()
+
+
+async def test_a_read_that_names_no_pool_still_publishes_its_health(
+        gateway_server: FakeGateway, make_exporter: MakeExporter) -> None:
+    """A gateway with no pool to report (every llmgw endpoint in none) was read: its
+    success is 1, under no pool, and nothing else is published."""
+    gateway_server.body = fixture_text("llmgw").replace('pool="chat"', 'pool="none"').replace(
+        'pool="batch"', 'pool="none"').encode()
+    exporter = make_exporter("llmgw", gateway_server.url, Pools(label="pool"))
+    registry = exporter.registry()
+    await exporter.loop.sample_all()
+    page = scrape(registry)
+    assert health(page, "poolscope_proxy_collector_success", NO_POOL) == 1
+    assert state_series(page) == []
+
+
 def _status(code: int) -> Callable[[FakeGateway], None]:
     return lambda g: setattr(g, "status", code)
 
@@ -792,7 +873,7 @@ async def test_a_pool_the_gateway_drops_leaves_its_health_series(
 def test_gie_page_without_pool_families_counts_no_members(fixture: str) -> None:
     """Model-level families alone say nothing of the members: no count, not 0."""
     text = "\n".join(ln for ln in fixture_text(fixture).splitlines()
-                     if "inference_pool_" not in ln) + "\n"
+                     if '{name="' not in ln and ',name="' not in ln) + "\n"  # the pool label
     [(_, pool)] = read("gie", text, Pools(proxy_id="p1")).items()
     assert (pool.registered, pool.alive, pool.stale) == (None, None, None)
     assert pool.inflight == 25  # what the page does say is kept

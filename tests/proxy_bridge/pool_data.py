@@ -37,6 +37,7 @@ class Inst:
     engine: str | None = "vllm"  # None: no engine collector; "down": unreachable
     proxy_capacity: float | None = 8.0
     learned_capacity: float | None = None
+    admission: str = "accepting"  # the Instance exporter's admission state
     cpu: float = 0.42
     sample_age_s: float = 1.0  # the host sample's age when scraped
     recent_errors: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -95,7 +96,7 @@ def _exporter(pid: str, i: Inst) -> list[Series]:
            series(c.COLLECTOR_SUCCESS.name, pid, "1", "exporter", collector="host", **ids)]
     for state in c.ADMISSION_STATES:
         out.append(series(c.INSTANCE_ADMISSION_STATE.name, pid,
-                          "1" if state == "accepting" else "0", "derived", state=state, **ids))
+                          "1" if state == i.admission else "0", "derived", state=state, **ids))
     if i.learned_capacity is not None:
         out.append(series(c.INSTANCE_CAPACITY.name, pid, f"{i.learned_capacity:g}", "learned",
                           **ids))

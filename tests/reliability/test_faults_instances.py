@@ -181,7 +181,7 @@ def test_killed_exporter_goes_missing_leaves_averages_and_fakes_no_zero(stack: S
     # one summary where all of it holds. A field the kill nulls for good fails every
     # read.)
     expected = {"total": 3, "alive": 3, "stale": 0, "with_resource": 2, "missing_resource": 1,
-                "idle": None, "idle_unknown": None}
+                "idle": None, "idle_unknown": None, "asleep": 0}
     freshness = {"health.resource_freshness_s_avg", "health.resource_freshness_s_max"}
     after = eventually(lambda: stack.summary("p-kill"),
                        lambda s: s["instances"] | {"idle": None, "idle_unknown": None}

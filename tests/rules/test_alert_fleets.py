@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from poolscope.exporters.common.catalog import ADMISSION_LEVELS
 from poolscope.exporters.common.thresholds import ALERT_DEGRADED_S, IDLE_GPUS_S, IDLE_S
 from tests.support.prometheus import REPO, binary
 
@@ -144,7 +145,8 @@ class Fleet:
         self.gauge("poolscope_engine_saturation_ratio", engine, 0.25 if self.busy else 0)
         self.counter("poolscope_engine_request_success_total", engine, 5 if self.busy else 0)
         self.gauge("poolscope_instance_capacity_requests", f'{target},source="configured"', 8)
-        self.gauge("poolscope_instance_admission_level", f'{target},source="derived"', 4)
+        self.gauge("poolscope_instance_admission_level", f'{target},source="derived"',
+                   ADMISSION_LEVELS["accepting"])
         if not self.gpus:
             return
         nvml = f'{target},gpu_model="{MODEL}",source="nvml"'

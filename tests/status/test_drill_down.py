@@ -118,7 +118,7 @@ async def test_fleet_trends_and_their_failure(make_bridge: MakeBridge) -> None:
     fleet = Rows(await (await bridge.http.get("/status")).text(), "data-pool")
     # Cached for the step: the fleet page reuses the read above rather than asking again.
     assert bridge.prometheus.range_queries == []
-    assert len(fleet.rows[DRILLED]) == 11 and "?" not in fleet.rows[DRILLED][-1]
+    assert len(fleet.rows[DRILLED]) == 12 and "?" not in fleet.rows[DRILLED][-1]
 
 
 async def test_a_failed_trend_read_is_visibly_unknown(make_bridge: MakeBridge) -> None:

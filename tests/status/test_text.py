@@ -43,7 +43,8 @@ def test_a_pool_line_shows_its_bars_counts_and_states() -> None:
     text = render_text(view_of([*busy_pool("busy"), *blind_pool("blind")]), PLAIN)
     busy = line_of(text, "busy ")
     assert "62%" in busy and "35%" in busy and "accepting" in busy
-    assert re.search(r"%\s+4\s+1\s+0\s+1\s+2\s+partial\s+accepting$", busy)
+    # alive 4, stale 1, asleep unknown (the canned pool has no such rollup), missing 0 ...
+    assert re.search(r"%\s+4\s+1\s+\?\s+0\s+1\s+2\s+partial\s+accepting$", busy)
     blind = line_of(text, "blind ")
     assert "%" not in blind and HATCH in blind and "░" not in blind
     assert re.search(r"\?\s+.*\?", blind)

@@ -30,7 +30,7 @@ from poolscope.exporters.proxy.gateways.pool import (
     flag,
 )
 
-PREFIX = "llmgw_"
+PREFIXES = ("llmgw_",)
 POOL_LABEL = "pool"
 NO_POOL = "none"  # what the router calls the pool of an endpoint that has none
 _INFLIGHT = "llmgw_endpoint_inflight"

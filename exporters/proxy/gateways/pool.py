@@ -1,7 +1,8 @@
 """What a gateway adapter makes of one gateway page: a reading per pool.
 
-A gateway is a Proxy that is not ours (llmgw's Go router, the Gateway API
-Inference Extension's endpoint picker). Its adapter turns the gateway's own
+A gateway is a Proxy that is not ours (llmgw's Go router, the endpoint picker
+that the Gateway API Inference Extension started and the llm-d router carries on).
+Its adapter turns the gateway's own
 series into these readings, and `GatewayCollector` publishes them as Poolscope's
 Proxy-side series (exporters/proxy/gateway.py, GatewayExporter), so the rules
 cannot tell an adapter from the embedded Proxy library except by `source`. A
@@ -79,11 +80,11 @@ class Pools:
 Adapter = Callable[[Page, Pools], list[PoolReading]]
 
 
-def parse_page(text: str, prefix: str, read: Iterable[str]) -> Page:
+def parse_page(text: str, prefixes: tuple[str, ...], read: Iterable[str]) -> Page:
     """Every sample of the page; raises SampleError for a page that is not the
-    exposition format, a page with no `prefix` family at all (the URL is not that
-    gateway's), or a non-finite or negative value in a family the adapter `read`s
-    (one it does not read cannot spoil the others)."""
+    exposition format, a page with no family of any of the gateway's `prefixes`
+    (the URL is not that gateway's), or a non-finite or negative value in a family
+    the adapter `read`s (one it does not read cannot spoil the others)."""
     page: Page = {}
     try:
         for family in text_string_to_metric_families(text):
@@ -91,8 +92,9 @@ def parse_page(text: str, prefix: str, read: Iterable[str]) -> Page:
                 page.setdefault(s.name, []).append((s.labels, s.value))
     except ValueError as e:
         raise SampleError(ErrorReason.PARSE, f"not a Prometheus text page: {e}") from e
-    if not any(name.startswith(prefix) for name in page):
-        raise SampleError(ErrorReason.PARSE, f"no {prefix}* metrics on the page")
+    if not any(name.startswith(prefixes) for name in page):
+        names = " or ".join(f"{p}*" for p in prefixes)
+        raise SampleError(ErrorReason.PARSE, f"no {names} metrics on the page")
     for name in read:
         for labels, value in page.get(name, ()):
             if not math.isfinite(value) or value < 0:
