@@ -14,6 +14,9 @@ this exporter was told to read: `http_status`).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 import aiohttp
 
 from poolscope.exporters.common.health import ErrorReason
@@ -48,6 +51,16 @@ async def fetch_text(session: aiohttp.ClientSession, url: str,
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SampleError(ErrorReason.PARSE, f"not UTF-8 text: {e}") from e
+
+
+async def fetch_before(deadline: float, fetch: Callable[[str], Awaitable[str]], url: str) -> str:
+    """`fetch(url)` by `deadline` (the event loop's clock), so that several reads of one
+    sample share one timeout; a late answer is a TIMEOUT naming the URL."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await fetch(url)
+    except TimeoutError as e:
+        raise SampleError(ErrorReason.TIMEOUT, f"{url}: no answer in time") from e
 
 
 async def _bounded_body(resp: aiohttp.ClientResponse, url: str, limit: int) -> bytes:

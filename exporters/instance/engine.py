@@ -18,7 +18,7 @@ import aiohttp
 from prometheus_client.core import Metric
 
 from poolscope.exporters.common import catalog
-from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_text
+from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_before, fetch_text
 from poolscope.exporters.common.health import ErrorReason, HealthBoard
 from poolscope.exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from poolscope.exporters.common.sampling import SampleError
@@ -280,18 +280,15 @@ class EngineReader:
         self._slots = SlotsReader(board) if engine_capacity else None
         if self._slots is not None and self._mapping is not None and self._mapping.slots_path:
             self._slots.expect()
+        self._timeout_s = timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
     async def read(self) -> EngineSample:
         # One deadline for /metrics and /props together: the sampling loop gives the
         # whole read the engine timeout (plus a little).
-        deadline = asyncio.get_running_loop().time() + (self._timeout.total or 0.0)
-        try:
-            async with asyncio.timeout_at(deadline):
-                text = await self._fetch(self.url)
-        except TimeoutError as e:
-            raise SampleError(ErrorReason.TIMEOUT, f"{self.url}: no answer in time") from e
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        text = await fetch_before(deadline, self._fetch, self.url)
         mapping = self._mapping or detect(text)
         sample = interpret(text, mapping)
         if mapping.slots_path and self._slots is not None:

@@ -16,13 +16,12 @@ so a vLLM exporter publishes no series for a collector it never runs.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from poolscope.exporters.common.fetch import FETCH_REASONS
+from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_before
 from poolscope.exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
 from poolscope.exporters.common.sampling import SampleError
 
@@ -55,12 +54,7 @@ class SlotsReader:
         self.expect()
         start = self._monotonic()
         try:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    text = await fetch(url)
-            except TimeoutError as e:
-                raise SampleError(ErrorReason.TIMEOUT, f"{url}: no answer in time") from e
-            slots = total_slots(url, text)
+            slots = total_slots(url, await fetch_before(deadline, fetch, url))
         except SampleError as e:
             self._failed(e, self._monotonic() - start)
             return None
