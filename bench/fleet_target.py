@@ -61,7 +61,8 @@ GPU_LABELS = frozenset(catalog.GPU_LABELS)
 # page in the background; the embedded ProxyCollector reads at scrape time and
 # has neither, so the simulated (embedded) Proxies skip them.
 GATEWAY_ONLY = frozenset({catalog.PROXY_COLLECTOR_SAMPLE_AGE.name,
-                          catalog.PROXY_COLLECTOR_ERRORS.name})
+                          catalog.PROXY_COLLECTOR_ERRORS.name,
+                          catalog.PROXY_GATEWAY_SERIES_SKIPPED.name})
 # Every simulated collector reads: none is switched off or has nothing to read.
 NOT_ON_A_HEALTHY_FLEET = frozenset({catalog.COLLECTOR_UNAVAILABLE.name})
 BUCKETS = ("0.1", "0.5", "1", "5", "10", "+Inf")

@@ -312,14 +312,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--evaluations", type=int, default=20,
                         help="rule evaluation intervals sampled per fleet size (mean reported)")
     parser.add_argument("--rules", type=Path, action="append",
-                        help="directory of rule files (default rules/); repeat it to time "
-                        "several versions side by side, each in its own Prometheus scraping "
-                        "the same fleet")
+                        help="rule file, or directory of them (default rules/); repeat it "
+                        "to time several versions side by side, each in its own Prometheus "
+                        "scraping the same fleet")
     parser.add_argument("--top-rules", type=int, default=TOP_RULES,
                         help="slowest rules listed per fleet size")
     args = parser.parse_args(argv)
     dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
-    rule_sets = [(_set_name(d, dirs), sorted(d.glob("*.yml"))) for d in dirs]
+    rule_sets = [(_set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
+                 for d in dirs]
     by_size: list[list[Result]] = []
     for n in (int(x) for x in args.instances.split(",")):
         with tempfile.TemporaryDirectory(prefix="poolscope-rules-eval-") as tmp:
@@ -338,11 +339,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if all(r.ratio < BUDGET_RATIO for results in by_size for r in results) else 1
 
 
-def _set_name(directory: Path, dirs: Sequence[Path]) -> str:
+def _set_name(path: Path, paths: Sequence[Path]) -> str:
     """The shortest name that tells the rule sets apart in the tables."""
-    if len({d.name for d in dirs}) == len(dirs):
-        return directory.name
-    return str(directory)
+    if len({p.name for p in paths}) == len(paths):
+        return path.name
+    return str(path)
 
 
 if __name__ == "__main__":

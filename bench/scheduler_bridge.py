@@ -126,9 +126,13 @@ async def _timed_get(session: aiohttp.ClientSession, url: str,
 
 
 @asynccontextmanager
-async def bridge_process(prom_url: str, *flags: str) -> AsyncIterator[str]:
-    """The bridge as its own process, as deployed, with `flags`; yields its base URL."""
-    bridge = Variant("bridge", ("-m", "poolscope.scheduler_bridge"), flags=flags)
+async def bridge_process(prom_url: str, *flags: str,
+                         checkout: Path | None = None) -> AsyncIterator[str]:
+    """The bridge (of `checkout`, else of this tree) as its own process, as deployed,
+    with `flags`; yields its base URL."""
+    bridge = (Variant("bridge", ("-m", "poolscope.scheduler_bridge"), flags=flags)
+              if checkout is None else
+              Variant(f"baseline: {checkout}", _baseline_command(checkout), checkout, flags))
     async with _bridge(prom_url, bridge) as (url, _):
         yield url
 

@@ -84,19 +84,20 @@ async def measure(pools: int, rounds: int) -> list[tuple[str, float, int | None]
             assert len(trends.pools) == pools, len(trends.pools)
             view = BridgeSnapshot(snap.generated_at, False, 0.0,
                                   {p: parse_pool(d) for p, d in snap.pools.items()})
-            plain, with_trends = (render_body(build_view(view, t), "") for t in (None, trends))
+            at = view.generated_at
+            plain, with_trends = (render_body(build_view(view, t), "", at) for t in (None, trends))
             times: dict[str, list[float]] = {k: [] for k in (
                 "snapshot", "trends", "page", "page+trends, first in a step",
                 "page+trends, again in the step")}
             for _ in range(rounds):
                 times["snapshot"].append(await timed(lambda: read_snapshot(api.samples, at)))
                 times["trends"].append(await timed(lambda: read_trends(api, at)))
-                times["page"].append(drawn(lambda: render_body(build_view(view), "")))
+                times["page"].append(drawn(lambda: render_body(build_view(view), "", at)))
                 trend_svg.cache_clear()
                 times["page+trends, first in a step"].append(drawn(
-                    lambda: render_body(build_view(view, trends), "")))
+                    lambda: render_body(build_view(view, trends), "", at)))
                 times["page+trends, again in the step"].append(drawn(
-                    lambda: render_body(build_view(view, trends), "")))
+                    lambda: render_body(build_view(view, trends), "", at)))
     finally:
         await prom.close()
     sizes = {"page": len(plain.encode()), "page+trends, first in a step": len(with_trends.encode())}

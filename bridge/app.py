@@ -113,10 +113,3 @@ async def snapshot_or_error(request: web.Request) -> Served | web.Response:
         return json_error(503, e.reason, backends=[err.as_dict() for err in e.errors],
                           last_good_age_s=e.last_good_age_s)
 
-
-def freshness_headers(served: Served) -> dict[str, str]:
-    """How old a one-pool answer is, outside the body whose shape the schema fixes."""
-    return {"Age": str(int(served.age_s)),
-            "X-Poolscope-Stale": "true" if served.stale else "false",
-            "X-Poolscope-Generated-At": f"{served.snapshot.generated_at:.3f}"}
-

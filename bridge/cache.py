@@ -52,6 +52,9 @@ class Served:
     snapshot: PoolSnapshot
     stale: bool
     age_s: float
+    # Until the rules are next due to write: how long an answer from this snapshot
+    # stays current (0 when stale, or once they are due).
+    current_for_s: float
 
 
 class Unavailable(Exception):
@@ -186,7 +189,7 @@ class SnapshotCache:
             raise Unavailable(reason, errors, age)
         stale = (late or self._failure is not None or good.rollups_at is None
                  or age > self._fresh_for)
-        return Served(good, stale, age)
+        return Served(good, stale, age, 0.0 if stale else max(0.0, self._interval - age))
 
 
 def _release(retired: PoolSnapshot | None) -> None:

@@ -23,6 +23,7 @@ from poolscope.exporters.common.thresholds import (
     KV_FULL,
     MEMBER_MEMORY,
     RATE_EDGE_S,
+    RATE_WINDOW_S,
     WAITING_Q,
 )
 
@@ -117,7 +118,8 @@ _GPU_MAX = ("poolscope_instance_gpu_utilization_max_ratio (instance exporter, NV
 _GPU_MEM = ("poolscope_instance_gpu_memory_used_bytes / "
             "poolscope_instance_gpu_memory_total_bytes (instance exporter, NVML: "
             "each host's healthy GPUs summed per model)")
-_NET = "poolscope_host_network_{}_bytes_total (instance exporter, psutil), rate over 1m"
+_NET = ("poolscope_host_network_{}_bytes_per_second (instance exporter, psutil): each "
+        "host's rate over its exporter's own last minute of samples")
 _QUEUE = ("poolscope_proxy_queue_depth{{queue=\"{}\"}} (Proxy-side exporter: the embedded "
           "Proxy's queue read live, or a gateway's)")
 _NO_MEMBERS = ("no Proxy-side exporter (embedded or gateway) reports the pool and no "
@@ -132,7 +134,12 @@ _NO_RESOURCE = "no member of the pool serves a fresh host sample"
 _UNCOVERED = (f"or none has a sample within {RATE_EDGE_S:g} s of each end of the last minute "
               "(the newest not stale): for up to a minute after a gap in scrapes or a "
               "Prometheus restart")
-_NO_NET = ("no member's host serves a network counter scraped now, " + _UNCOVERED)
+# A rate an exporter states once its own samples cover the window (window_rate.py).
+_STATED_AFTER = (f"an exporter states one once its own samples span "
+                 f"{RATE_WINDOW_S - RATE_EDGE_S:g} s: after it starts, after its counter "
+                 "resets, after a gap in its samples")
+_NO_NET = ("no member's exporter states a network rate now (" + _STATED_AFTER
+           + ", after its interfaces change)")
 _NO_AGE = ("no member of the pool serves a host sample age, or a member the pool counts "
            "(instances.total) serves none: its exporter is down or not scraped, a "
            f"self-declared member stopped answering within {MEMBER_MEMORY}, or its host "
@@ -178,9 +185,12 @@ FIELDS: tuple[Field, ...] = (
           group="load"),
     Field("load.qps_1m_total", "proxy_pool:requests:rate1m", Classification.DERIVED,
           "rate(poolscope_proxy_requests_total[1m]) (Proxy-side request counter), else "
-          "rate(poolscope_engine_request_success_total[1m]) (source engine)",
-          "no request counter of the pool has two samples in the last minute, "
-          + _UNCOVERED, group="load", inputs=(Input.TRAFFIC,)),
+          "poolscope_engine_request_success_per_second (each engine's rate over its "
+          "exporter's own last minute, source engine)",
+          "no Proxy-side request counter of the pool has two samples in the last minute, "
+          + _UNCOVERED + "; without a Proxy-side exporter, no engine of the pool has a "
+          "success rate stated (" + _STATED_AFTER + ", after the engine restarts)",
+          group="load", inputs=(Input.TRAFFIC,)),
     Field("load.load_ratio", "proxy_pool:load:ratio", Classification.DERIVED,
           "inflight_total / capacity", "inflight or capacity is unknown", group="load",
           inputs=(Input.CAPACITY,)),

@@ -1,9 +1,10 @@
 """The few queries behind the Proxy-local view, all evaluated at one time.
 
 Four queries, whatever the pool's size: one selector for every raw series the view
-reads, the per-Instance figures the rules no longer record (a host sample's age with
-the scrape's, network rates, whether the host answered lately: computed here for one
-pool, under names of their own),
+reads (each host's network rates among them, as its exporter states them), the
+per-Instance figures the rules no longer record (a host sample's age with the
+scrape's, whether the host answered lately: computed here for one pool, under names
+of their own),
 the queues' mean wait (a ratio of rates, which no selector can express), and the
 collector error reasons that grew recently (which say why a collector is failing
 *now*, not what it once failed on). Every one is confined to this pool with the
@@ -27,8 +28,6 @@ UP = "up"
 # would name them (level:metric:operations), with the same arithmetic as the pool
 # rollups in rules/proxy_pool.yml.
 FRESHNESS_RULE = "instance:resource_freshness_seconds:max"
-NETWORK_RX_RULE = "instance:network_receive_bytes:rate1m"
-NETWORK_TX_RULE = "instance:network_transmit_bytes:rate1m"
 # Present for an Instance whose host collector answered within the member memory: a
 # pool without a Proxy exporter counts such a member stale, so it is listed as one.
 SEEN_RULE = f"instance:host_collector_success:last_over_time{MEMBER_MEMORY}"
@@ -40,6 +39,7 @@ RAW_FAMILIES: tuple[c.Family, ...] = (
     c.PROXY_QUEUE_DEPTH, c.PROXY_QUEUE_CAPACITY, c.PROXY_QUEUE_OLDEST_AGE,
     c.POOL_INSTANCES_REGISTERED, c.POOL_INSTANCES_ALIVE, c.POOL_INSTANCES_STALE,
     c.HOST_CPU_UTILIZATION, c.HOST_MEMORY_USED, c.HOST_MEMORY_TOTAL,
+    c.HOST_NETWORK_RECEIVE_RATE, c.HOST_NETWORK_TRANSMIT_RATE,
     c.GPU_DEVICES, c.GPU_HEALTHY, c.GPU_UTILIZATION, c.GPU_MEMORY_USED, c.GPU_MEMORY_TOTAL,
     c.ENGINE_REQUESTS_RUNNING, c.ENGINE_REQUESTS_WAITING, c.ENGINE_KV_CACHE_USAGE,
     c.INSTANCE_CAPACITY, c.INSTANCE_ADMISSION_STATE,
@@ -72,17 +72,8 @@ def _per_instance(pool: str) -> str:
     age = f'{c.COLLECTOR_SAMPLE_AGE.name}{{collector="host",{pool}}}'
     success = f'{c.COLLECTOR_SUCCESS.name}{{collector="host",{pool}}}'
     by = "max by (proxy_id, instance_id)"
-    # A rate is kept only while its window has a sample within 8 s of each end, as
-    # in the pool rollups: after a gap in scrapes rate() extrapolates a mostly
-    # empty window.
-    rate = ("sum by (proxy_id, instance_id) (rate({0}[1m]) >= 0"
-            " and timestamp({0}) > time() - 8 and count_over_time({0}[8s] offset 52s))")
-    rx = f"{c.HOST_NETWORK_RECEIVE.name}{{{pool}}}"
-    tx = f"{c.HOST_NETWORK_TRANSMIT.name}{{{pool}}}"
     return " or ".join((
         _named(FRESHNESS_RULE, f"{by} (({age} >= 0) + (time() - timestamp({age})))"),
-        _named(NETWORK_RX_RULE, rate.format(rx)),
-        _named(NETWORK_TX_RULE, rate.format(tx)),
         _named(SEEN_RULE, f"{by} (last_over_time({success}[{MEMBER_MEMORY}]))"),
     ))
 

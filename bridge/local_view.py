@@ -18,8 +18,6 @@ from typing import Any
 from poolscope.bridge.fields import BYTES_PER_S_TO_MBPS, PERCENT
 from poolscope.bridge.local_queries import (
     FRESHNESS_RULE,
-    NETWORK_RX_RULE,
-    NETWORK_TX_RULE,
     RECENT_ERRORS_WINDOW,
     SEEN_RULE,
     UP,
@@ -130,8 +128,10 @@ class LocalView:
                                         get(c.HOST_MEMORY_TOTAL.name)),
             "gpu_devices": as_count(get(c.GPU_DEVICES.name)),
             "gpus": _gpus(s),
-            "network_rx_mbps": _scaled(get(NETWORK_RX_RULE), BYTES_PER_S_TO_MBPS),
-            "network_tx_mbps": _scaled(get(NETWORK_TX_RULE), BYTES_PER_S_TO_MBPS),
+            "network_rx_mbps": _scaled(get(c.HOST_NETWORK_RECEIVE_RATE.name),
+                                       BYTES_PER_S_TO_MBPS),
+            "network_tx_mbps": _scaled(get(c.HOST_NETWORK_TRANSMIT_RATE.name),
+                                       BYTES_PER_S_TO_MBPS),
             "admission_state": _state(s.get(c.INSTANCE_ADMISSION_STATE.name, [])),
             "engine": {
                 "source": label_of(s.get(c.ENGINE_REQUESTS_RUNNING.name, [])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
@@ -130,7 +130,10 @@ class PoolSnapshot:
     failed_queries: int = 0  # shards that failed: their fields are null
     # When the rules wrote what was read (None: unknown); queries.read_snapshot sets it.
     rollups_at: float | None = None
-    _encoded: bytes | None = field(default=None, init=False, repr=False)
+    # What the HTTP layer rendered from this snapshot (bridge/http_cache.py): kept with
+    # it so that a body is rendered once per snapshot and freed when it is replaced.
+    renders: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False,
+                                         compare=False)
 
     @property
     def rejected(self) -> Counter[str]:
@@ -152,12 +155,6 @@ class PoolSnapshot:
                       for i, (path, source) in enumerate(zip(SLOT_PATHS, sources[pid], strict=True))
                       if source is not ABSENT}
                 for pid, values in self.index.pools.items()}
-
-    def encoded_pools(self) -> bytes:
-        """The `pools` object as JSON, encoded once however often it is served."""
-        if self._encoded is None:
-            self._encoded = encode_json(self.pools)
-        return self._encoded
 
 
 def encode_json(obj: Any) -> bytes:

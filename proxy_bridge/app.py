@@ -6,7 +6,8 @@ The compact summary is built by the code both bridges share (`poolscope.bridge`:
 `encode_json`), so both bridges serve the same bytes for this pool. The Proxy-local
 series are read in the same refresh, at the same evaluation time, so the detail, the
 summary and the null reasons describe one instant. Middlewares, caching, stale serving
-and the shared routes are the shared skeleton's (`bridge_app`).
+and the shared routes are the shared skeleton's (`bridge_app`); each body is rendered
+once per snapshot and served with its ETag, gzip and 304 (`bridge/http_cache.py`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from poolscope.bridge.app import Settings, bridge_app, freshness_headers, snapshot_or_error
+from poolscope.bridge.app import Settings, bridge_app, snapshot_or_error
 from poolscope.bridge.cache import Served, Source
+from poolscope.bridge.http_cache import answer, rendered
 from poolscope.bridge.local_queries import LocalQueries, read_local
 from poolscope.bridge.local_view import LocalView
 from poolscope.bridge.promapi import PrometheusAPI
@@ -127,15 +129,15 @@ async def pool_resource(request: web.Request) -> web.Response:
     if isinstance(served, web.Response):
         return served
     if detail == DETAIL_LOCAL:
-        return _local(request, served)
-    return _summary_response(request, served, lambda summary: summary)
+        return await _local(request, served)
+    return await _summary_response(request, served, "summary", lambda summary: summary)
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
-    return _summary_response(request, served, heartbeat_payload)
+    return await _summary_response(request, served, "heartbeat", heartbeat_payload)
 
 
 async def pool_resource_sources(request: web.Request) -> web.Response:
@@ -143,45 +145,53 @@ async def pool_resource_sources(request: web.Request) -> web.Response:
     if isinstance(served, web.Response):
         return served
     reader = request.app[READER]
-    local = reader.local_for(served.snapshot)
-    doc = describe_sources(served.snapshot)
-    summary = served.snapshot.pools.get(reader.proxy_id)
-    readings = served.snapshot.readings.get(reader.proxy_id, {})
-    for entry in doc["fields"]:
-        path = entry["path"]
-        reading = readings.get(path)
-        value = _at(summary, path)
-        entry.update(wired=reading is not None and reading.present,
-                     measured=value is not None, value=value)
-        reasons = ([] if value is not None or local.view is None
-                   else [r.as_dict() for r in null_reasons(local.view, path)])
-        entry.update(null_reason="; ".join(r["detail"] for r in reasons) or None,
-                     null_reasons=reasons)
-    doc.update(proxy_id=reader.proxy_id, pool_known=summary is not None,
-               diagnosis_error=local.error, stale=served.stale, age_s=round(served.age_s, 3))
-    return web.Response(body=encode_json(doc), content_type="application/json")
+
+    def render() -> bytes:
+        local = reader.local_for(served.snapshot)
+        doc = describe_sources(served.snapshot)
+        summary = served.snapshot.pools.get(reader.proxy_id)
+        readings = served.snapshot.readings.get(reader.proxy_id, {})
+        for entry in doc["fields"]:
+            path = entry["path"]
+            reading = readings.get(path)
+            value = _at(summary, path)
+            entry.update(wired=reading is not None and reading.present,
+                         measured=value is not None, value=value)
+            reasons = ([] if value is not None or local.view is None
+                       else [r.as_dict() for r in null_reasons(local.view, path)])
+            entry.update(null_reason="; ".join(r["detail"] for r in reasons) or None,
+                         null_reasons=reasons)
+        doc.update(proxy_id=reader.proxy_id, pool_known=summary is not None,
+                   diagnosis_error=local.error, stale=served.stale)
+        return encode_json(doc)
+
+    return await answer(request, served, rendered(served, "sources", render))
 
 
-def _summary_response(request: web.Request, served: Served,
-                      shape: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
+async def _summary_response(request: web.Request, served: Served, key: str,
+                            shape: Callable[[dict[str, Any]], dict[str, Any]]) -> web.Response:
     proxy_id = request.app[READER].proxy_id
     summary = served.snapshot.pools.get(proxy_id)
     if summary is None:
         return json_error(404, "no proxy_pool: series carries this proxy_id; "
                           "/debug/pool_resource_sources says why", proxy_id=proxy_id)
-    return web.Response(body=encode_json(shape(summary)), content_type="application/json",
-                        headers=freshness_headers(served))
+    return await answer(request, served,
+                        rendered(served, key, lambda: encode_json(shape(summary))))
 
 
-def _local(request: web.Request, served: Served) -> web.Response:
+async def _local(request: web.Request, served: Served) -> web.Response:
     local = request.app[READER].local_for(served.snapshot)
     if local.view is None:
         return json_error(503, "the Proxy-local series could not be read with this snapshot",
                           cause=local.error, generated_at=served.snapshot.generated_at)
-    doc = local.view.document()
-    doc.update(stale=served.stale, age_s=round(served.age_s, 3))
-    return web.Response(body=encode_json(doc), content_type="application/json",
-                        headers=freshness_headers(served))
+    view = local.view
+
+    def render() -> bytes:
+        doc = view.document()
+        doc.update(stale=served.stale)
+        return encode_json(doc)
+
+    return await answer(request, served, rendered(served, DETAIL_LOCAL, render))
 
 
 def _at(summary: dict[str, Any] | None, path: str) -> Any:

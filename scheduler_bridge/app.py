@@ -12,8 +12,9 @@ from functools import partial
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from poolscope.bridge.app import CACHE, Settings, bridge_app, freshness_headers, snapshot_or_error
+from poolscope.bridge.app import CACHE, Settings, bridge_app, snapshot_or_error
 from poolscope.bridge.cache import Source
+from poolscope.bridge.http_cache import answer, rendered
 from poolscope.bridge.metrics import BridgeMetrics
 from poolscope.bridge.promapi import PrometheusAPI
 from poolscope.bridge.queries import read_snapshot, rollups_written_at
@@ -51,13 +52,13 @@ async def all_pools(request: web.Request) -> web.Response:
     served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
-    # The pools are encoded once per snapshot and spliced in: at 1,000 pools the
-    # envelope is the only part that changes between requests.
-    head = encode_json({"schema_version": SCHEMA_VERSION,
-                        "generated_at": served.snapshot.generated_at,
-                        "stale": served.stale, "age_s": round(served.age_s, 3)})
-    body = b"".join((head[:-1], b',"pools":', served.snapshot.encoded_pools(), b"}"))
-    return web.Response(body=body, content_type="application/json")
+    snapshot = served.snapshot
+    # Nothing in it changes between two requests for one snapshot (its age is in the
+    # headers): rendered once, however many Schedulers ask.
+    body = rendered(served, "pools", lambda: encode_json({
+        "schema_version": SCHEMA_VERSION, "generated_at": snapshot.generated_at,
+        "stale": served.stale, "pools": snapshot.pools}))
+    return await answer(request, served, body)
 
 
 async def one_pool(request: web.Request) -> web.Response:
@@ -73,14 +74,18 @@ async def one_pool(request: web.Request) -> web.Response:
     if summary is None:
         return json_error(404, "unknown proxy_id: no proxy_pool: series carries it",
                           proxy_id=proxy_id)
-    return web.Response(body=encode_json(summary), content_type="application/json",
-                        headers=freshness_headers(served))
+    return await answer(request, served,
+                        rendered(served, ("pool", proxy_id), lambda: encode_json(summary)))
 
 
 async def pool_resource_sources(request: web.Request) -> web.Response:
     served = await snapshot_or_error(request)
     if isinstance(served, web.Response):
         return served
-    doc = describe_sources(served.snapshot)
-    doc.update(stale=served.stale, age_s=round(served.age_s, 3))
-    return web.Response(body=encode_json(doc), content_type="application/json")
+
+    def render() -> bytes:
+        doc = describe_sources(served.snapshot)
+        doc.update(stale=served.stale)
+        return encode_json(doc)
+
+    return await answer(request, served, rendered(served, "sources", render))

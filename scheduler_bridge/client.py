@@ -6,6 +6,12 @@ snapshots is not. `None` means "not measured" and must never be read as zero, an
 `stale` says the bridge could not reach Prometheus and is replaying the past.
 This module only parses; it makes no decision with the values.
 
+The bridge renders one body per snapshot: the client sends back the ETag of the last
+one it parsed and accepts gzip, so a request within an evaluation interval costs a
+304 of a few hundred bytes and no parsing (the parsed snapshot is reused), and a new
+snapshot about a tenth of its JSON. The snapshot's age changes with every request, so
+it comes in headers (`X-Poolscope-Age-S`), not in the body.
+
 The sections' dataclasses are rendered from poolscope.bridge.fields into
 client_fields.py, written out rather than built at import so that a Scheduler's type
 checker sees every field (a test fails when they drift). Fields the bridge adds later
@@ -14,7 +20,8 @@ are ignored; fields missing from an older bridge are None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 import aiohttp
@@ -28,6 +35,8 @@ from poolscope.scheduler_bridge.client_fields import (
     MetricSource,
     Utilization,
 )
+
+SNAPSHOT_ROUTE = "/debug/proxy_pool_resources"
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class PoolSummary:
 class BridgeSnapshot:
     generated_at: float
     stale: bool
-    age_s: float | None  # None when the bridge does not say
+    age_s: float | None  # None when the bridge does not say; from its headers
     pools: dict[str, PoolSummary]
 
 
@@ -95,18 +104,38 @@ def _gpus(doc: Any) -> dict[str, GpuCapacity] | None:
     return {str(model): _section(GpuCapacity, entry) for model, entry in doc.items()}
 
 
-def parse_snapshot(doc: dict[str, Any]) -> BridgeSnapshot:
-    """The body of GET /debug/proxy_pool_resources."""
+def parse_snapshot(doc: dict[str, Any], age_s: float | None = None) -> BridgeSnapshot:
+    """The body of GET /debug/proxy_pool_resources, `age_s` from its headers (a bridge
+    from before 2026-12 wrote it in the body)."""
+    if age_s is None and doc.get("age_s") is not None:
+        age_s = float(doc["age_s"])
     return BridgeSnapshot(
         generated_at=float(doc["generated_at"]),
         stale=bool(doc.get("stale", False)),
-        age_s=None if doc.get("age_s") is None else float(doc["age_s"]),
+        age_s=age_s,
         pools={pid: parse_pool(pool) for pid, pool in doc["pools"].items()},
     )
 
 
+def age_from(headers: Mapping[str, str]) -> float | None:
+    """The snapshot's age an answer states: to the millisecond, else HTTP's Age."""
+    for name in ("X-Poolscope-Age-S", "Age"):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                continue
+    return None
+
+
 class SchedulerBridgeClient:
-    """Reads the Scheduler bridge; the caller owns the aiohttp session."""
+    """Reads the Scheduler bridge; the caller owns the aiohttp session. Keeps the last
+    snapshot it parsed, to reuse it when the bridge answers 304 Not Modified.
+
+    It asks every time rather than trusting `Cache-Control: max-age`: a snapshot turns
+    stale when the bridge loses its backends, and only asking tells that at once; the
+    question costs a 304 when nothing changed."""
 
     def __init__(self, base_url: str, session: aiohttp.ClientSession, *,
                  token: str | None = None, timeout_s: float = 2.0) -> None:
@@ -114,10 +143,26 @@ class SchedulerBridgeClient:
         self._session = session
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._last: tuple[str, BridgeSnapshot] | None = None  # (ETag, parsed)
 
     async def snapshot(self) -> BridgeSnapshot:
         """Every pool at one instant; raises BridgeError when the bridge has none."""
-        return parse_snapshot(await self.get("/debug/proxy_pool_resources"))
+        headers = {**self._headers, "Accept-Encoding": "gzip"}
+        if self._last is not None:
+            headers["If-None-Match"] = self._last[0]
+        async with self._session.get(f"{self._url}{SNAPSHOT_ROUTE}", headers=headers,
+                                     timeout=self._timeout) as resp:
+            age_s = age_from(resp.headers)
+            if resp.status == 304 and self._last is not None:
+                # The same body: the same snapshot in the same staleness, only older.
+                return replace(self._last[1], age_s=age_s)
+            body = await resp.json(content_type=None)
+            if resp.status != 200:
+                raise BridgeError(resp.status, body)
+            snapshot = parse_snapshot(body, age_s)
+            etag = resp.headers.get("ETag")
+            self._last = None if etag is None else (etag, snapshot)
+            return snapshot
 
     async def get(self, path: str) -> Any:
         """The JSON document at `path`; raises BridgeError when the bridge refuses."""

@@ -15,15 +15,20 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import collections
 import contextlib
 import fcntl
 import itertools
+import logging
+import os
 import re
+import resource
 import signal
 import ssl
 import sys
 import termios
 import time
+from asyncio import sslproto
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -43,7 +48,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import Histogram
 
-from poolscope.service import logs
+from poolscope.service import auth, logs
 from poolscope.service.argtypes import (
     Listen,
     UsageError,
@@ -58,6 +63,7 @@ from poolscope.service.logs import FORMATS, log_level
 METRICS_PATH = "/metrics"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
 
 
 class ListenError(Exception):
@@ -75,6 +81,10 @@ class HttpLimits:
     # Also the deadline for a new connection's first request head: aiohttp arms
     # its keep-alive timer when the connection is made.
     idle_timeout_s: float = 30.0
+    # A TLS handshake is two round trips and a few milliseconds of work; one still
+    # unfinished after this is not a scraper but a socket holding a descriptor.
+    # Also the deadline for a TLS close: a peer that never answers close_notify.
+    handshake_timeout_s: float = 5.0
     max_header_bytes: int = 8190  # one request line or header field
     max_headers: int = 64
     # How long an unread (refused) body is drained so the client sees the 413
@@ -85,8 +95,55 @@ class HttpLimits:
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_header_bytes < 1 or self.max_headers < 1:
             raise ValueError("HTTP limits must be positive")
-        if not self.idle_timeout_s > 0 or not self.linger_s >= 0:
-            raise ValueError("idle timeout must be positive, linger time not negative")
+        if (not self.idle_timeout_s > 0 or not self.handshake_timeout_s > 0
+                or not self.linger_s >= 0):
+            raise ValueError("timeouts must be positive, linger time not negative")
+
+
+# Descriptors kept from the connections for everything else a service opens after
+# it starts listening: NVML's device files (2 + 1 a GPU, 10 for 8 GPUs), the host
+# collector's /proc reads (one at a time), the engine reader's and the bridges'
+# Prometheus connections (their refreshes run one at a time: a few), bcrypt's thread
+# (none). About 20 at most (a running exporter without GPUs holds 11 in all);
+# three times that, so no collector meets "Too many open files" at the cap.
+DESCRIPTOR_RESERVE = 64
+# asyncio accepts up to `backlog` connections in one loop turn before the cap sees
+# them, and a connection the cap closes holds its descriptor one more turn: at the
+# cap, connections hold up to cap + 2 x backlog descriptors.
+_MAX_BACKLOG, _MIN_BACKLOG = 128, 8
+# asyncio also gives `backlog` to listen(); the kernel's queue is then set longer,
+# since connections waiting there hold no descriptor. A flood of a few thousand
+# sockets then waits its turn there with the scrapers, where a short queue would
+# drop their SYNs and cost each a retransmit a second later (Linux caps this at
+# net.core.somaxconn, 4096 by default).
+LISTEN_QUEUE = 4096
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DescriptorBudget:
+    """How many connections, and how large an accept burst, fit under RLIMIT_NOFILE."""
+
+    connections: int
+    backlog: int
+
+
+def descriptor_budget(wanted: int) -> DescriptorBudget:
+    """The connection cap and listen backlog that keep every connection's descriptor,
+    an accept burst included, below the soft RLIMIT_NOFILE less the descriptors open
+    now and DESCRIPTOR_RESERVE; `wanted` connections when they fit.
+
+    systemd gives a service 1,024 unless its unit says otherwise: the default caps
+    (64, and the Scheduler bridge's 512) fit with room to spare. One listener per
+    process, as every service has: the budget is the process's.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return DescriptorBudget(wanted, _MAX_BACKLOG)
+    room = soft - len(os.listdir("/proc/self/fd")) - DESCRIPTOR_RESERVE
+    backlog = max(_MIN_BACKLOG, min(_MAX_BACKLOG, room // 4))
+    return DescriptorBudget(max(1, min(wanted, room - 2 * backlog)), backlog)
 
 
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
@@ -101,6 +158,44 @@ class _Busy(asyncio.Protocol):
         assert isinstance(transport, asyncio.WriteTransport)
         transport.write(_BUSY)
         transport.close()
+
+
+class _Tls(sslproto.SSLProtocol):
+    """TLS on one accepted socket, known to the cap from the accept until the socket
+    is closed.
+
+    With `create_server(ssl=...)`, asyncio hands aiohttp its connection only once
+    the handshake is done, so the cap never saw a handshake in progress: sockets
+    that never finish one held a descriptor each, uncounted, until the process ran
+    out. The listener serves plain TCP and puts TLS on each socket here instead,
+    with the class asyncio uses inside for the same job.
+    """
+
+    # asyncio reads 256 KiB at a time, a buffer per connection; a request head fits
+    # in 8 KiB and a TLS record in 16 KiB.
+    max_size = 32 * 1024
+
+    def __init__(self, app: asyncio.Protocol, context: ssl.SSLContext, timeout_s: float,
+                 cap: _ConnectionCap) -> None:
+        loop = asyncio.get_running_loop()
+        super().__init__(loop, app, context, None, server_side=True,
+                         ssl_handshake_timeout=timeout_s, ssl_shutdown_timeout=timeout_s)
+        self.app = app  # SSLProtocol forgets its own at the close
+        self.accepted = loop.time()
+        self.socket: asyncio.Transport | None = None
+        self._cap = cap
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.socket = transport
+        admitted = self._cap.admit(self)
+        super().connection_made(transport)
+        if not admitted:
+            transport.abort()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cap.forget(self)
+        super().connection_lost(exc)
 
 
 def _closing(handler: RequestHandler) -> bool:
@@ -143,53 +238,170 @@ def _has_unread_bytes(handler: RequestHandler) -> bool:
     return count[0] > 0
 
 
+# What a connection at the cap is doing, in the order the cap gives slots up: a
+# handshake, a wait for a password check, an idle keep-alive; the TLS connection
+# arriving goes last of its address, so it takes an idle one's slot, not its own.
+_HANDSHAKING, _CHECKING, _IDLE, _ARRIVING = range(4)
+
+
 class _ConnectionCap:
     """Protocol factory in front of aiohttp's: at most `limit` live connections,
-    counted as aiohttp makes them (a loop turn after the accept, so one turn's burst
-    of accepts can pass the cap; the next new connections bring it back).
+    counted from the accept, a TLS handshake in progress included. (asyncio calls
+    a protocol factory a loop turn after the accept, so one turn's burst of plain
+    accepts can pass the cap; the next new connections bring it back. A TLS
+    connection is admitted when its socket is, its client's address known.)
 
     A connection keeps its slot only while it does work. At the cap a new one
-    takes the slot of the connection idle longest (a keep-alive between requests,
-    or one that has not sent a whole request head), as nginx reuses its idle
-    keep-alive connections when worker_connections run short: otherwise sockets
-    that send nothing, or a health check every 20 s, hold every slot for the idle
-    timeout and lock out the clients with work. A server may close an idle
-    keep-alive connection at any time; clients retry an idempotent request on a
-    new one. Only when every slot has a request on it is the new connection
-    answered 503.
+    takes the slot of one that does none, as nginx reuses its idle keep-alive
+    connections when worker_connections run short: otherwise sockets that send
+    nothing, never finish a TLS handshake, or wait behind a flood of password
+    checks (`auth.waiting_since`) hold every slot and lock out the clients with
+    work. The slot given up is taken from the client address holding the most, a
+    new TLS connection counting for its own, so one address flooding cannot close
+    a scraper on another; within an address, a handshake goes first (one older than
+    a few milliseconds is not a scraper's), then a password check waiting, then the
+    longest idle keep-alive, the newest TLS connection last. A server may close an
+    idle keep-alive connection at any time; clients retry an idempotent request on
+    a new one. When every other slot has a request at work, a new plain connection
+    is answered 503, a new TLS one closed at once (a 503 would first cost the
+    handshake there is no room for).
     """
 
-    def __init__(self, server: web.Server, limit: int) -> None:
+    def __init__(self, server: web.Server, limit: int, tls: ssl.SSLContext | None,
+                 handshake_timeout_s: float) -> None:
         self._server = server
         self._limit = limit
+        self._tls = tls
+        self._handshake_timeout_s = handshake_timeout_s
+        # TLS sockets from accept to close, by the protocol they carry.
+        self._sockets: dict[asyncio.BaseProtocol, _Tls] = {}
         # Closing connections whose slot a new one has taken: a connection is
         # gone a loop turn after it starts closing, so its slot is free now, but
         # only once, or a burst of new connections would pass the cap.
-        self._handed_over: set[RequestHandler] = set()
+        self._handed_over: set[asyncio.BaseProtocol] = set()
 
     def __call__(self) -> asyncio.BaseProtocol:
-        connections = self._server.connections
-        self._handed_over.intersection_update(connections)
+        if self._tls is not None:
+            return _Tls(self._server(), self._tls, self._handshake_timeout_s, self)
+        handler = self._server()
+        return handler if self._make_room(handler, None) else _Busy()
+
+    def admit(self, tls: _Tls) -> bool:
+        """Count a TLS socket from now; False when it is the one to close."""
+        self._sockets[tls.app] = tls
+        return self._make_room(tls.app, tls)
+
+    def forget(self, tls: _Tls) -> None:
+        self._sockets.pop(tls.app, None)
+
+    def _make_room(self, arriving: asyncio.BaseProtocol, tls: _Tls | None) -> bool:
+        """Close what must go for `arriving` to have a slot; False when that is
+        `arriving` itself (a TLS connection), or nothing can go (a plain one)."""
+        handlers: set[asyncio.BaseProtocol] = set(self._server.connections)
+        live = handlers.union(self._sockets, [arriving])
+        self._handed_over.intersection_update(live)
         # More than one slot to free when a burst of accepts, all made in the same
         # loop turn, went past the cap: each new connection then brings it back.
-        excess = len(connections) - len(self._handed_over) - self._limit + 1
-        if excess > 0:
-            freed = list(itertools.islice(self._freeable(connections), excess))
-            if not freed:
-                return _Busy()
-            for handler in freed:
-                if not _closing(handler):
-                    handler.force_close()
-                self._handed_over.add(handler)
-        return self._server()
+        excess = len(live) - len(self._handed_over) - self._limit
+        if excess <= 0:
+            return True
+        freed = list(itertools.islice(self._freeable(live, handlers, tls), excess))
+        for connection in freed:
+            self._close(connection)
+            self._handed_over.add(connection)
+        return bool(freed) and arriving not in freed
 
-    def _freeable(self, connections: list[RequestHandler]) -> Iterator[RequestHandler]:
-        """Slots to hand over, cheapest first: connections already closing, then
-        idle ones, longest idle first."""
-        yield from (h for h in connections if _closing(h) and h not in self._handed_over)
-        idle = [(since, h) for h in connections if (since := _idle_since(h)) is not None]
-        idle.sort(key=lambda pair: pair[0])
-        yield from (h for _, h in idle if not _has_unread_bytes(h))
+    def _close(self, connection: asyncio.BaseProtocol) -> None:
+        """At once: a TLS socket is aborted, since a polite TLS close waits for the
+        peer's close_notify, which a flood never sends."""
+        tls = self._sockets.get(connection)
+        if tls is not None and tls.socket is not None:
+            tls.socket.abort()
+        elif isinstance(connection, RequestHandler) and not _closing(connection):
+            connection.force_close()
+
+    def _freeable(self, live: set[asyncio.BaseProtocol], handlers: set[asyncio.BaseProtocol],
+                  arriving: _Tls | None) -> Iterator[asyncio.BaseProtocol]:
+        """Slots to hand over: connections already closing, then those doing no
+        work, from the address holding the most slots first."""
+        closing = [c for c in live
+                   if c not in self._handed_over and self._is_closing(c, handlers)]
+        yield from closing
+        peers = {c: self._peer(c) for c in live}
+        held = collections.Counter(peers.values())
+        idle = [(-held[peers[c]], *state, id(c), c) for c in live
+                if c not in self._handed_over and c not in closing
+                and (state := self._state(c, handlers, arriving)) is not None]
+        idle.sort(key=lambda entry: entry[:4])
+        yield from (entry[-1] for entry in idle)
+
+    def _state(self, connection: asyncio.BaseProtocol, handlers: set[asyncio.BaseProtocol],
+               arriving: _Tls | None) -> tuple[int, float] | None:
+        """What `connection` is doing, and since when, if that is no work; None when
+        it has a request at work (or is a plain one just accepted)."""
+        if connection not in handlers:
+            tls = self._sockets.get(connection)
+            if tls is None:
+                return None
+            return (_ARRIVING, tls.accepted) if tls is arriving else (_HANDSHAKING, tls.accepted)
+        assert isinstance(connection, RequestHandler)
+        checking = auth.waiting_since(connection)
+        if checking is not None:
+            return _CHECKING, checking
+        idle = _idle_since(connection)
+        return None if idle is None or _has_unread_bytes(connection) else (_IDLE, idle)
+
+    def _is_closing(self, connection: asyncio.BaseProtocol,
+                    handlers: set[asyncio.BaseProtocol]) -> bool:
+        tls = self._sockets.get(connection)
+        if tls is not None and tls.socket is not None and tls.socket.is_closing():
+            return True
+        # A handler has no transport of its own before aiohttp has it (for TLS, before
+        # the handshake is done): that is not closing.
+        return (isinstance(connection, RequestHandler) and connection in handlers
+                and _closing(connection))
+
+    def _peer(self, connection: asyncio.BaseProtocol) -> str:
+        tls = self._sockets.get(connection)
+        transport = tls.socket if tls is not None else getattr(connection, "transport", None)
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        return str(peer[0]) if isinstance(peer, tuple) else ""
+
+
+class AcceptErrors:
+    """The loop's exception handler while serving: "socket.accept() out of system
+    resource" (descriptors or memory exhausted) becomes one warning line per
+    `every_s` seconds with a count, not a traceback per try.
+
+    asyncio retries the accept a second later, but its loop goes on trying the
+    rest of the backlog first and reports each failure, so a flood past the
+    descriptor limit used to write megabytes of identical tracebacks a second.
+    Everything else goes to the handler there was before.
+    """
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(self, previous: ExceptionHandler | None, every_s: float = 10.0) -> None:
+        self._previous = previous
+        self._every_s = every_s
+        self._last: float | None = None
+        self._unreported = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != self.MESSAGE:
+            if self._previous is None:
+                loop.default_exception_handler(context)
+            else:
+                self._previous(loop, context)
+            return
+        self._unreported += 1
+        now = loop.time()
+        if self._last is not None and now - self._last < self._every_s:
+            return
+        _log.warning("accept() failed %d times since the last report (%s): new connections "
+                     "wait in the listen queue; raise LimitNOFILE or lower --max-connections",
+                     self._unreported, context.get("exception"))
+        self._last, self._unreported = now, 0
 
 
 @asynccontextmanager
@@ -203,22 +415,35 @@ async def serving(app: web.Application, host: str, port: int, *,
     flood of half-sent requests exhausts the descriptors and accept() stops.
     """
     limits = limits or HttpLimits()
+    budget = descriptor_budget(limits.max_connections)
+    if budget.connections < limits.max_connections:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        _log.warning("--max-connections %d lowered to %d: the descriptor limit (%d) keeps "
+                     "%d for the collectors; raise LimitNOFILE for more",
+                     limits.max_connections, budget.connections, soft, DESCRIPTOR_RESERVE)
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=limits.idle_timeout_s,
                            max_line_size=limits.max_header_bytes,
                            max_field_size=limits.max_header_bytes,
                            max_headers=limits.max_headers, lingering_time=limits.linger_s)
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
     try:
         assert runner.server is not None  # set by setup()
-        server = await asyncio.get_running_loop().create_server(
-            _ConnectionCap(runner.server, limits.max_connections), host, port, ssl=tls,
-            ssl_handshake_timeout=limits.idle_timeout_s if tls else None)
+        cap = _ConnectionCap(runner.server, budget.connections, tls,
+                             min(limits.handshake_timeout_s, limits.idle_timeout_s))
+        server = await loop.create_server(cap, host, port, backlog=budget.backlog)
+        for listening in server.sockets:
+            with listening.dup() as sock:
+                sock.listen(LISTEN_QUEUE)
+        loop.set_exception_handler(AcceptErrors(previous))
         try:
             bound = server.sockets[0].getsockname()
             yield str(bound[0]), int(bound[1])
         finally:
             server.close()
     finally:
+        loop.set_exception_handler(previous)
         await runner.cleanup()
 
 
@@ -340,12 +565,15 @@ def add_common_flags(p: argparse.ArgumentParser, *, default_listen: str,
     p.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     limits = limits or HttpLimits()
     p.add_argument("--max-connections", type=positive_int, default=limits.max_connections,
-                   help="open connections at most; past it a new one takes the slot of the "
-                        "longest idle, and gets a 503 only when all are busy with a request "
+                   help="open connections at most, TLS handshakes included, and lowered to "
+                        "what the descriptor limit leaves room for; past it a new one takes "
+                        "the slot of one doing no work, from the address holding the most, "
+                        "and gets a 503 only when all are busy with a request "
                         f"(default {limits.max_connections})")
     p.add_argument("--idle-timeout", type=positive_float, default=limits.idle_timeout_s,
                    help="seconds a connection may sit without a complete request before it "
-                        f"is closed (default {limits.idle_timeout_s:g})")
+                        f"is closed (default {limits.idle_timeout_s:g}); a TLS handshake has "
+                        f"{limits.handshake_timeout_s:g} at most")
     default_level = log_level(default_log_level)
     p.add_argument("--log.level", "--log-level", dest="log_level", type=log_level,
                    default=default_level, metavar="LEVEL",

@@ -77,6 +77,22 @@ HOST_NETWORK_RECEIVE = _instance(
 HOST_NETWORK_TRANSMIT = _instance(
     "poolscope_host_network_transmit_bytes_total", "counter",
     "Bytes transmitted per interface, loopback excluded.", "device")
+# The exporter's own rates of the counters above (exporters/common/window_rate.py):
+# what the pool rules read, one series per Instance instead of each counter three times.
+def _window_rate(what: str, restart: str) -> str:
+    return (f"{what} per second over the exporter's own samples of the last 60 s "
+            "(RATE_WINDOW_S); absent until they span 52 s (RATE_WINDOW_S - RATE_EDGE_S), "
+            f"after start-up or {restart}; never extrapolated.")
+
+
+HOST_NETWORK_RECEIVE_RATE = _instance(
+    "poolscope_host_network_receive_bytes_per_second", "gauge", _window_rate(
+        "Bytes received, loopback excluded, all interfaces together,",
+        "a counter reset or a change of interfaces"))
+HOST_NETWORK_TRANSMIT_RATE = _instance(
+    "poolscope_host_network_transmit_bytes_per_second", "gauge", _window_rate(
+        "Bytes transmitted, loopback excluded, all interfaces together,",
+        "a counter reset or a change of interfaces"))
 
 # --- Instance exporter: GPUs (source="nvml") ---------------------------------
 GPU_LABELS = ("gpu", "gpu_uuid", "gpu_model")
@@ -155,6 +171,9 @@ ENGINE_SATURATION = _instance(
 ENGINE_REQUEST_SUCCESS = _instance(
     "poolscope_engine_request_success_total", "counter",
     "Requests the engine finished successfully (its own counter).")
+ENGINE_REQUEST_SUCCESS_RATE = _instance(
+    "poolscope_engine_request_success_per_second", "gauge", _window_rate(
+        "Requests the engine finished successfully", "an engine restart"))
 ENGINE_PROMPT_TOKENS = _instance(
     "poolscope_engine_prompt_tokens_total", "counter", "Prompt tokens the engine processed.")
 ENGINE_GENERATION_TOKENS = _instance(
@@ -332,6 +351,10 @@ PROXY_COLLECTOR_SAMPLE_AGE = _proxy(
 PROXY_COLLECTOR_ERRORS = _proxy(
     "poolscope_proxy_collector_errors_total", "counter",
     "Failed reads by collector and reason (gateway mode).", "collector", "reason")
+PROXY_GATEWAY_SERIES_SKIPPED = _proxy(
+    "poolscope_proxy_gateway_series_skipped_total", "counter",
+    "Series of the gateway's page left out of good reads, by reason (invalid_pool: its "
+    "pool label is not a usable proxy_id; gateway mode with a pool label).", "reason")
 
 OUTCOMES = ("ok", "error", "timeout", "rejected", "cancelled")
 # The outcome of poolscope_proxy_requests_total that a gateway adapter publishes: every

@@ -29,6 +29,7 @@ more than serving the cached part, to save ~6 KB on a 7.5 KB page.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -111,13 +112,20 @@ def negotiate(accept: str | None) -> Format:
 Page = Callable[[Format], bytes]
 
 
-def metrics_handler(page: Page) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """The aiohttp handler every service's /metrics is: negotiate, render, label."""
+def metrics_handler(page: Page, threaded: bool = False
+                    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The aiohttp handler every service's /metrics is: negotiate, render, label.
+
+    `threaded` renders on a thread: a page whose size another program decides (a
+    gateway's tens of thousands of endpoints) takes a second or more to render,
+    and the event loop must answer /healthz meanwhile. `page` must then read the
+    loop's state as it is replaced or counted, never a container the loop resizes."""
     async def metrics(request: web.Request) -> web.Response:
         # Several Accept headers are one list (RFC 9110, 5.3).
         fmt = negotiate(",".join(request.headers.getall(hdrs.ACCEPT, ())))
-        return web.Response(body=page(fmt), headers={hdrs.CONTENT_TYPE: fmt.content_type,
-                                                     hdrs.VARY: hdrs.ACCEPT})
+        body = await asyncio.to_thread(page, fmt) if threaded else page(fmt)
+        return web.Response(body=body, headers={hdrs.CONTENT_TYPE: fmt.content_type,
+                                                hdrs.VARY: hdrs.ACCEPT})
     return metrics
 
 

@@ -181,7 +181,9 @@ class HealthBoard:
             if last is not None and h.last_success_wall is not None:
                 last.add_metric(labels, h.last_success_wall)
             if errors is not None:
-                for reason, count in h.errors.items():
+                # A copy: a page rendered on a thread (the gateway adapter's) must not
+                # see the loop add a reason it had not counted yet mid-iteration.
+                for reason, count in tuple(h.errors.items()):
                     errors.add_metric([*labels, reason.value], float(count))
         yield from (m for m in (success, duration, last, errors, unavailable)
                     if m is not None)

@@ -32,7 +32,8 @@ MEMBER_MEMORY = "5m"
 and how long a silent Proxy-side source keeps its pool from falling back."""
 
 RATE_WINDOW_S = 60.0
-"""The window of every rate the rules record (the `1m` in their names)."""
+"""The window of every rate the rules record (the `1m` in their names), and of each
+rate an exporter states over its own samples (exporters/common/window_rate.py)."""
 
 RATE_EDGE_S = SCRAPE_INTERVAL_S + 3.0
 """A rate is kept only while its window has a sample this close to each end: one

@@ -13,10 +13,11 @@ can run nothing, and make every load ratio infinite.
 The rule in full:
 - The hour is kept as one maximum per minute of the monotonic clock (at most 61
   numbers), so a peak counts for 60 to 61 minutes.
-- A running count that is not a whole number from 0 to MAX_PLAUSIBLE_RUNNING never
-  enters it. The engine reader already fails such a sample (reason invalid_value,
-  counted in poolscope_collector_errors_total), so it is reported, never used; the
-  same test here keeps any other feed from moving the mark.
+- A running count outside its plausible range (exporters/common/plausible.py:
+  RUNNING, a whole number from 0 to 100,000) never enters it. The engine reader
+  already fails such a sample (reason invalid_value, counted in
+  poolscope_collector_errors_total), so it is reported, never used; the same test
+  here keeps any other feed from moving the mark.
 - An engine restart, seen as one of its counters going backwards, empties the
   window: the new process may run with other limits. A false alarm only loses
   evidence, so the capacity errs low (the pool looks busier), never high.
@@ -36,7 +37,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import Metric
 
 from poolscope.exporters.common import catalog
-from poolscope.exporters.instance.engine import EngineSample, plausible_running
+from poolscope.exporters.common.plausible import RUNNING
+from poolscope.exporters.instance.engine import EngineSample
 from poolscope.service.identity import Identity
 
 # How long a peak of running requests stands as evidence of capacity: long enough
@@ -74,7 +76,7 @@ class Capacity:
         while self._peaks and self._peaks[0][0] < step - _WINDOW_STEPS:
             self._peaks.popleft()
         running = sample.running
-        if running is None or running <= 0 or not plausible_running(running):
+        if running is None or running <= 0 or not RUNNING.holds(running):
             return
         if self._peaks and self._peaks[-1][0] == step:
             if running > self._peaks[-1][1]:

@@ -1,15 +1,19 @@
 """Engine load, read from the engine's own /metrics endpoint.
 
-Anything short of a clean page with finite, non-negative values (and a running
-count that is a whole number up to MAX_PLAUSIBLE_RUNNING) fails the whole sample:
-a replica whose numbers cannot be trusted must look unmeasured (series absent,
-collector success 0, a reason), not idle.
+Anything short of a clean page, every value read in its plausible range
+(exporters/common/plausible.py: a running count or a stated capacity a whole
+number up to 100,000, a waiting count up to 1,000,000, a KV ratio 0..1), rank by
+rank and summed, fails the whole sample: a replica whose numbers cannot be
+trusted must look unmeasured (series absent, collector success 0, a reason), not
+idle. That holds for a capacity the page states too (TensorRT-LLM's max batch):
+it is one page, so an absurd number on it costs the whole sample. llama.cpp's
+capacity is another document, read by a collector of its own (slots.py), so an
+absurd `total_slots` costs the capacity alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
@@ -20,6 +24,14 @@ from prometheus_client.core import Metric
 from poolscope.exporters.common import catalog
 from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_before, fetch_text
 from poolscope.exporters.common.health import ErrorReason, HealthBoard
+from poolscope.exporters.common.plausible import (
+    AMOUNT,
+    FLAG,
+    QUEUED,
+    RATIO,
+    RUNNING,
+    Range,
+)
 from poolscope.exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.common.thresholds import KV_FULL, WAITING_Q
@@ -36,9 +48,10 @@ from poolscope.service.identity import Identity
 
 AUTO = "auto"
 
-# Requests one Instance could run at once, far above any engine's batch limit
-# (vLLM's max_num_seqs is in the hundreds): a count past it is a corrupt sample.
-MAX_PLAUSIBLE_RUNNING = 100_000
+# The range of each field's values, rank by rank and summed; any other field is a
+# counter (AMOUNT).
+_RANGES = {"running": RUNNING, "waiting": QUEUED, "capacity": RUNNING,
+           "kv_cache_usage": RATIO, "awake": FLAG}
 
 
 @dataclass(frozen=True)
@@ -124,35 +137,21 @@ def _total(parts: list[tuple[Labels, float]], totals: tuple[str, ...]) -> float:
     return whole[0] if whole else sum(v for _labels, v in parts)
 
 
-def plausible_running(value: float) -> bool:
-    """Whether `value` can be a count of running requests. Anything else is a corrupt
-    sample, not load: read as load, it would become a learned capacity no pool fills."""
-    return (math.isfinite(value) and 0 <= value <= MAX_PLAUSIBLE_RUNNING
-            and float(value).is_integer())
-
-
-def _check(what: str, value: float, ratio: bool, running: bool = False) -> None:
-    if (not math.isfinite(value) or value < 0 or (ratio and value > 1)
-            or (running and not plausible_running(value))):
-        raise SampleError(ErrorReason.INVALID_VALUE, f"{what} = {value!r}")
-
-
 def _series(found: dict[str, list[tuple[Labels, float]]], series: Series,
-            mapping: EngineMapping, ratio: bool,
-            running: bool = False) -> dict[Labels, float] | None:
+            mapping: EngineMapping, valid: Range) -> dict[Labels, float] | None:
     picked = _samples(found, series, mapping)
     if picked is None:
         return None
     name, samples = picked
     for _labels, v in samples:
-        _check(name, v, ratio, running)
+        valid.check(name, v)
     return _ranks(samples, series, mapping)
 
 
 def _derive(found: dict[str, list[tuple[Labels, float]]], derived: Derived,
-            mapping: EngineMapping, ratio: bool) -> list[float] | None:
-    left = _series(found, derived.left, mapping, ratio=False)
-    right = _series(found, derived.right, mapping, ratio=False)
+            mapping: EngineMapping, valid: Range) -> list[float] | None:
+    left = _series(found, derived.left, mapping, AMOUNT)
+    right = _series(found, derived.right, mapping, AMOUNT)
     if left is None or right is None:
         return None
     if left.keys() != right.keys():
@@ -163,7 +162,7 @@ def _derive(found: dict[str, list[tuple[Labels, float]]], derived: Derived,
     values = [left[k] - right[k] if derived.op == "minus" else left[k] / right[k]
               for k in left if derived.op == "minus" or right[k] > 0]
     for v in values:
-        _check(f"{derived.left.names[0]} {derived.op} {derived.right.names[0]}", v, ratio)
+        valid.check(f"{derived.left.names[0]} {derived.op} {derived.right.names[0]}", v)
     return values or None
 
 
@@ -171,15 +170,15 @@ def _field(found: dict[str, list[tuple[Labels, float]]], attr: str,
            mapping: EngineMapping) -> list[float] | None:
     """Every rank's value of every series the field sums (or, where none is on the
     page, of the figure older releases derive); None when nothing is."""
-    ratio = attr == "kv_cache_usage"
+    valid = _RANGES.get(attr, AMOUNT)
     values: list[float] | None = None
     for series in getattr(mapping, attr):
-        ranks = _series(found, series, mapping, ratio, running=attr == "running")
+        ranks = _series(found, series, mapping, valid)
         if ranks is not None:
             values = (values or []) + list(ranks.values())
     derived = mapping.derivation(attr)
     if values is None and derived is not None:
-        values = _derive(found, derived, mapping, ratio)
+        values = _derive(found, derived, mapping, valid)
     return values
 
 
@@ -195,10 +194,10 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
     if kv is None and all(counts[attr] is None for attr in LOAD_FIELDS
                           if attr != "kv_cache_usage"):
         raise SampleError(ErrorReason.PARSE, f"no {mapping.engine} load metrics on the page")
-    if counts["running"] is not None:
-        # Every rank may be plausible and their sum still not.
-        _check(f"{mapping.engine} running, all ranks", sum(counts["running"]), ratio=False,
-               running=True)
+    for attr, values in counts.items():
+        if values is not None:
+            # Every rank may be plausible and their sum still not.
+            _RANGES.get(attr, AMOUNT).check(f"{mapping.engine} {attr}, all ranks", sum(values))
     return EngineSample(
         engine=mapping.engine,
         kv_cache_usage=sum(kv) / len(kv) if kv else None,
@@ -210,14 +209,10 @@ def interpret(text: str, mapping: EngineMapping) -> EngineSample:
 def _asleep(found: dict[str, list[tuple[Labels, float]]], mapping: EngineMapping) -> bool | None:
     """Asleep when any rank's awake flag is 0: one sleeping rank already refuses the
     requests routed to it, so the Instance is taken as asleep (coarse upward). A flag
-    that is neither 0 nor 1 is a corrupt page, never read as either."""
+    that is neither 0 nor 1 fails the read (FLAG), never read as either."""
     flags = _field(found, "awake", mapping)
     if flags is None:
         return None
-    for flag in flags:
-        if flag not in (0, 1):
-            raise SampleError(ErrorReason.INVALID_VALUE,
-                              f"{mapping.engine} awake flag = {flag!r}, not 0 or 1")
     return any(flag == 0 for flag in flags)
 
 
@@ -289,12 +284,18 @@ class EngineReader:
         # whole read the engine timeout (plus a little).
         deadline = asyncio.get_running_loop().time() + self._timeout_s
         text = await fetch_before(deadline, self._fetch, self.url)
-        mapping = self._mapping or detect(text)
-        sample = interpret(text, mapping)
+        # On a thread: a page of a hundred thousand wanted lines (16 MiB at most, a
+        # hostile or broken engine's) takes seconds to read, and the loop must serve
+        # scrapes and /healthz meanwhile.
+        mapping, sample = await asyncio.to_thread(self._interpret, text)
         if mapping.slots_path and self._slots is not None:
             url = _beside(self.url, mapping.slots_path)
             sample = replace(sample, capacity=await self._slots.read(self._fetch, url, deadline))
         return sample
+
+    def _interpret(self, text: str) -> tuple[EngineMapping, EngineSample]:
+        mapping = self._mapping or detect(text)
+        return mapping, interpret(text, mapping)
 
     async def _fetch(self, url: str) -> str:
         if self._session is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 
@@ -19,6 +19,7 @@ from prometheus_client.core import Metric
 from poolscope.exporters.common import catalog
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.sampling import SampleError
+from poolscope.exporters.common.window_rate import WindowRate
 from poolscope.service.identity import Identity
 
 SOURCE = catalog.SOURCE_PSUTIL
@@ -46,6 +47,9 @@ class HostSample:
     # on the first sample (a rate needs two) or when an interface set changed.
     network_rx_mbps: float | None = None
     network_tx_mbps: float | None = None
+    # Bytes per second over the exporter's last minute of samples: what the pool rules read.
+    network_rx_rate: float | None = None
+    network_tx_rate: float | None = None
 
     @property
     def memory_used(self) -> int:
@@ -69,10 +73,15 @@ class HostReader:
     name = "host"
     reasons = (ErrorReason.OS_ERROR,)
 
-    def __init__(self, psutil: ModuleType = _psutil) -> None:
+    def __init__(self, psutil: ModuleType = _psutil,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`psutil` and `monotonic` are seams for tests: scripted counters, a clock."""
         self._psutil = psutil
+        self._monotonic = monotonic
         self._last_cpu: tuple[float, float] | None = None
         self._last: HostSample | None = None
+        self._rx_rate = WindowRate()
+        self._tx_rate = WindowRate()
 
     async def read(self) -> HostSample:
         return await asyncio.to_thread(self._read)
@@ -87,11 +96,11 @@ class HostReader:
         except OSError as e:
             raise SampleError(ErrorReason.OS_ERROR, str(e)) from e
         sample = HostSample(
-            monotonic=time.monotonic(), wall_time=time.time(),
+            monotonic=self._monotonic(), wall_time=time.time(),
             cpu_utilization=self._cpu_ratio(cpu), cpu_count=count,
             memory_total=int(memory.total), memory_available=int(memory.available),
             network=nics)
-        sample = self._with_rates(sample)
+        sample = self._with_window_rates(self._with_rates(sample))
         self._last = sample
         return sample
 
@@ -126,6 +135,20 @@ class HostReader:
         return replace(sample, network_rx_mbps=rx * 8 / elapsed / 1e6,
                        network_tx_mbps=tx * 8 / elapsed / 1e6)
 
+    def _with_window_rates(self, sample: HostSample) -> HostSample:
+        """The minute's rates; another set of interfaces starts their windows over, as a
+        sum over other NICs is another counter."""
+        last = self._last
+        if last is not None and last.network.keys() != sample.network.keys():
+            self._rx_rate.reset()
+            self._tx_rate.reset()
+        # No interface but loopback: nothing measured, not a rate of 0.
+        nics = sample.network.values()
+        self._rx_rate.observe(sample.monotonic, sum(c.rx_bytes for c in nics) if nics else None)
+        self._tx_rate.observe(sample.monotonic, sum(c.tx_bytes for c in nics) if nics else None)
+        return replace(sample, network_rx_rate=self._rx_rate.rate(),
+                       network_tx_rate=self._tx_rate.rate())
+
     def families(self, sample: HostSample, ids: Identity) -> Iterator[Metric]:
         gauges: list[tuple[catalog.Family, float | None]] = [
             (catalog.HOST_CPU_UTILIZATION, sample.cpu_utilization),
@@ -133,6 +156,8 @@ class HostReader:
             (catalog.HOST_MEMORY_TOTAL, sample.memory_total),
             (catalog.HOST_MEMORY_USED, sample.memory_used),
             (catalog.HOST_MEMORY_AVAILABLE, sample.memory_available),
+            (catalog.HOST_NETWORK_RECEIVE_RATE, sample.network_rx_rate),
+            (catalog.HOST_NETWORK_TRANSMIT_RATE, sample.network_tx_rate),
         ]
         for family, value in gauges:
             if value is not None:

@@ -24,6 +24,7 @@ from poolscope.exporters.instance.capacity import Capacity
 from poolscope.exporters.instance.engine import AUTO, EngineReader, EngineSample
 from poolscope.exporters.instance.gpu import GpuReader, GpuSample
 from poolscope.exporters.instance.host import HostReader, HostSample
+from poolscope.exporters.instance.success_rate import SuccessRate
 from poolscope.service.identity import Identity
 
 # An engine read gets this long beyond its HTTP timeout before the loop gives
@@ -80,6 +81,7 @@ class InstanceExporter(Collector):
         self.board = HealthBoard(wall=wall)
         self.loop = SamplingLoop(settings.sample_interval, self.board)
         self.capacity = Capacity(settings.capacity)
+        self.success_rate = SuccessRate()
         self.admission = Admission(settings.thresholds, settings.draining)
         # A collector switched off has no slot: no sample, no series, no health.
         self.host: Slot[HostSample] | None = None
@@ -100,6 +102,7 @@ class InstanceExporter(Collector):
             self.engine = self.loop.add(self._engine_reader,
                                         timeout=settings.engine_timeout + _LOOP_GRACE_S)
             self.engine.observers.append(self.capacity.observe)
+            self.engine.observers.append(self.success_rate.observe)
 
     def registry(self) -> CollectorRegistry:
         """A fresh registry holding only this exporter's measurements; the served page
@@ -133,6 +136,8 @@ class InstanceExporter(Collector):
             yield from self.gpu.families(ids)
         if self.engine is not None:
             yield from self.engine.families(ids)
+            if self.engine.fresh():
+                yield from self.success_rate.families(ids)
         # A capacity is what a working engine can take: none while the engine this
         # exporter reads does not answer (with no engine to read, the operator's word).
         if self.engine is None or self.engine.fresh():

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_before
 from poolscope.exporters.common.health import CollectorHealth, ErrorReason, HealthBoard
+from poolscope.exporters.common.plausible import SLOTS
 from poolscope.exporters.common.sampling import SampleError
 
 log = logging.getLogger(__name__)
@@ -76,11 +77,13 @@ class SlotsReader:
 
 
 def total_slots(url: str, text: str) -> float:
-    """`total_slots` of the JSON object `text`; raises SampleError naming `url`."""
+    """`total_slots` of the JSON object `text`, in its plausible range (SLOTS); raises
+    SampleError naming `url`."""
     try:
         slots = json.loads(text).get("total_slots")
     except (ValueError, AttributeError) as e:
         raise SampleError(ErrorReason.PARSE, f"{url}: not a JSON object: {e}") from e
-    if isinstance(slots, bool) or not isinstance(slots, int) or slots <= 0:
+    if isinstance(slots, bool) or not isinstance(slots, int):
         raise SampleError(ErrorReason.INVALID_VALUE, f"{url}: total_slots = {slots!r}")
+    SLOTS.check(f"{url}: total_slots", slots)
     return float(slots)

@@ -105,7 +105,8 @@ def make_app(exporter: GatewayExporter, exposure: Exposure | None = None) -> web
         return web.json_response({"status": "ok", "gateway": exporter.reader.gateway.name})
 
     app = web.Application(middlewares=exposure.middlewares())
-    app.router.add_get(exposure.telemetry_path, metrics_handler(page.page))
+    # Rendered on a thread: the page grows with the gateway's endpoints.
+    app.router.add_get(exposure.telemetry_path, metrics_handler(page.page, threaded=True))
     app.router.add_get("/healthz", healthz)
     return app
 

@@ -15,10 +15,22 @@ or after a good read that named none) still publishes its health, under
 collector on /metrics, not as an empty page. Prometheus stores an empty label as
 no label, so those series name no pool, and no pool's rollups or summary count
 them; a placeholder name would have made a pool of its own.
+
+With --pool-label, a series whose pool label is not a usable proxy_id is left
+out, and the rest of the page read: one endpoint's bad label must not blank every
+pool. `poolscope_proxy_gateway_series_skipped_total{reason="invalid_pool"}`
+counts them (beside the health series, so it is there from the first read), and
+the log names the first such label when a read starts skipping.
+
+The page is parsed on a thread, not on the event loop: a page of tens of
+thousands of endpoints takes a second or more to read, and /healthz and /metrics
+must answer meanwhile (docs/reliability.md has the figures).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Iterator
 
 import aiohttp
@@ -29,15 +41,18 @@ from poolscope.exporters.common import catalog as c
 from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_text
 from poolscope.exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
 from poolscope.exporters.common.sampling import SamplingLoop, Slot
-from poolscope.exporters.proxy.gateways import Gateway
-from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from poolscope.exporters.proxy.gateways import Gateway, Reading
+from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools
 from poolscope.service.identity import Identity
 
+log = logging.getLogger(__name__)
+
 COLLECTOR_NAME = "gateway"
+# The reason of every series left out of a reading (exporters/proxy/gateways/pool.py).
+SKIPPED_INVALID_POOL = "invalid_pool"
 PROXY_HEALTH = HealthFamilies(
     success=c.PROXY_COLLECTOR_SUCCESS, duration=c.PROXY_COLLECTOR_DURATION,
     sample_age=c.PROXY_COLLECTOR_SAMPLE_AGE, errors=c.PROXY_COLLECTOR_ERRORS)
-Readings = list[PoolReading]
 _GRACE_S = 0.5
 # The proxy_id of the health series while no pool is known: none, as Prometheus stores it.
 NO_POOL = ""
@@ -63,17 +78,16 @@ class GatewayReader:
         self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
         self._session: aiohttp.ClientSession | None = None
 
-    async def read(self) -> Readings:
+    async def read(self) -> Reading:
         if self._session is None:
             # Created lazily: a ClientSession must be made inside the running loop.
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         text = await fetch_text(self._session, self.url)
-        page = parse_page(text, self.gateway.prefixes, self.gateway.families)
-        return self.gateway.read(page, self.pools)
+        return await asyncio.to_thread(self.gateway.interpret, text, self.pools)
 
-    def families(self, sample: Readings, ids: Identity) -> Iterator[Metric]:
+    def families(self, sample: Reading, ids: Identity) -> Iterator[Metric]:
         """The readings' series; `ids` is unused: each series carries its own pool."""
-        return reading_families(sample, c.gateway_source(self.gateway.name))
+        return reading_families(sample.pools, c.gateway_source(self.gateway.name))
 
     async def close(self) -> None:
         if self._session is not None:
@@ -130,15 +144,27 @@ class GatewayExporter(Collector):
         self.loop = SamplingLoop(interval, self.board)
         # The loop gives a read its HTTP timeout and a grace, so the client's own,
         # more specific timeout fires first (as the Instance exporter's engine read).
-        self.slot: Slot[Readings] = self.loop.add(reader, timeout=reader.timeout + _GRACE_S)
+        self.slot: Slot[Reading] = self.loop.add(reader, timeout=reader.timeout + _GRACE_S)
         # The pools of the last good reading: their health series say why they went
         # quiet when a read fails; a pool the gateway dropped leaves with it.
         self.fixed = {reader.pools.proxy_id} if reader.pools.proxy_id is not None else set()
         self.pools_seen: set[str] = set(self.fixed)
+        # Series left out for an unusable pool label, over every read; None with
+        # --proxy-id, where no label is read and nothing can be left out.
+        self.skipped: int | None = None if reader.pools.fixed else 0
+        self._skipping = False
         self.slot.observers.append(self._remember)
 
-    def _remember(self, readings: Readings) -> None:
-        self.pools_seen = self.fixed | {r.proxy_id for r in readings}
+    def _remember(self, reading: Reading) -> None:
+        self.pools_seen = self.fixed | {r.proxy_id for r in reading.pools}
+        if self.skipped is not None:
+            self.skipped += reading.skipped
+        # Said when a read starts skipping, not for every read of the same page.
+        if reading.skipped and not self._skipping:
+            log.warning("gateway page: %d series left out, their pool label is not a "
+                        "usable proxy_id (first: %s); the other pools are read",
+                        reading.skipped, reading.skipped_pool)
+        self._skipping = reading.skipped > 0
 
     def registry(self) -> CollectorRegistry:
         registry = CollectorRegistry()
@@ -153,6 +179,12 @@ class GatewayExporter(Collector):
         pools = sorted(self.pools_seen) or [NO_POOL]
         yield from _merged(m for proxy_id in pools
                            for m in self.board.families((proxy_id, c.SOURCE_EXPORTER)))
+        if self.skipped is not None:
+            skipped = c.PROXY_GATEWAY_SERIES_SKIPPED.new()
+            for proxy_id in pools:
+                skipped.add_metric((proxy_id, c.SOURCE_EXPORTER, SKIPPED_INVALID_POOL),
+                                   float(self.skipped))
+            yield skipped
 
     async def start(self) -> None:
         await self.loop.sample_all()

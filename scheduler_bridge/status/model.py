@@ -242,12 +242,15 @@ def age_text(age_s: float | None, digits: int = 1) -> str:
     return UNKNOWN if age_s is None else f"{age_s:.{digits}f}s"
 
 
+STALE_CAUSE = ("STALE: the bridge has no recent rollups (Prometheus unreachable, or its "
+               "rules behind)")
+
+
 def stale_banner(stale: bool, age_s: float | None) -> str | None:
     """The warning above a view served from old rollups, or None when they are recent."""
     if not stale:
         return None
-    return ("STALE: the bridge has no recent rollups (Prometheus unreachable, or its rules "
-            f"behind); these numbers are {age_text(age_s, 0)} old")
+    return f"{STALE_CAUSE}; these numbers are {age_text(age_s, 0)} old"
 
 def percent(ratio: float | None) -> str:
     """'62%', or '?' for unknown (a NaN that slipped through is unknown too)."""

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from poolscope.bridge.cache import Served, Unavailable
+from poolscope.bridge.http_cache import HTML, answer, rendered_whole
 from poolscope.scheduler_bridge.idle_instances import add_idle_routes, read_idle_view
 from poolscope.scheduler_bridge.pool_detail import (
     PoolRefused,
@@ -29,6 +30,7 @@ from poolscope.scheduler_bridge.pool_detail import (
     checked_pool,
     detail_document,
     fleet_trends,
+    rollups_time,
 )
 from poolscope.scheduler_bridge.status.chart import HATCH_DEFS, HATCH_ID, LARGE, SPARK, trend_svg
 from poolscope.scheduler_bridge.status.html import figure, gauge, gpus_cell, legend, table
@@ -36,6 +38,7 @@ from poolscope.scheduler_bridge.status.idle_page import render_idle_section
 from poolscope.scheduler_bridge.status.model import (
     LEGEND,
     NO_TREND,
+    STALE_CAUSE,
     UNKNOWN,
     FleetView,
     GpuModelView,
@@ -47,7 +50,6 @@ from poolscope.scheduler_bridge.status.model import (
     gibibytes,
     level,
     seconds,
-    stale_banner,
     state,
     timestamp,
 )
@@ -63,8 +65,9 @@ from poolscope.service.identity import valid_id
 
 SnapshotProvider = Callable[[], Awaitable[Served]]
 REFRESH_S = 5
-HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
-           "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+# Cache-Control is the snapshot's (bridge/http_cache.py): a page is one per snapshot.
+PAGE_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+                "X-Content-Type-Options": "nosniff"}
 
 _CSS = f"""
 body{{font:14px/1.4 system-ui,sans-serif;margin:1em;color:#222;background:#fff}}
@@ -113,13 +116,20 @@ def add_status_routes(app: web.Application, snapshot: SnapshotProvider, *,
         served = await served_or_page()
         if isinstance(served, web.Response):
             return served
-        snapshot = bridge_snapshot(served)
-        (trends, error), (idle, idle_error) = await asyncio.gather(
-            fleet_trends(request.app, served.snapshot.generated_at),
-            read_idle_view(request.app, served, build_view(snapshot)))
-        view = build_view(snapshot, trends, error)
-        return _page(200, refresh_s, f"{len(view.pools)} pools",
-                     render_body(view, render_idle_section(idle, idle_error)))
+
+        async def render() -> tuple[bytes, bool]:
+            snapshot = bridge_snapshot(served)
+            (trends, error), (idle, idle_error) = await asyncio.gather(
+                fleet_trends(request.app, served.snapshot.generated_at),
+                read_idle_view(request.app, served, build_view(snapshot)))
+            view = build_view(snapshot, trends, error)
+            html = _html(refresh_s, f"{len(view.pools)} pools",
+                         render_body(view, render_idle_section(idle, idle_error),
+                                     rollups_time(served)))
+            return html, error is None and idle_error is None
+
+        body = await rendered_whole(served, "status", render, HTML)
+        return await answer(request, served, body, PAGE_HEADERS)
 
     async def pool_page(request: web.Request) -> web.Response:
         served = await served_or_page()
@@ -131,21 +141,32 @@ def add_status_routes(app: web.Application, snapshot: SnapshotProvider, *,
             return _page(e.status, refresh_s, "no such pool",
                          f"<p class=stale>{escape(str(e))}</p><p><a href='../../status'>"
                          f"All pools</a></p>")
-        view = build_pool_detail(await detail_document(request.app, served, proxy_id))
-        return _page(200, refresh_s, f"pool {proxy_id}", render_pool_body(view))
+
+        async def render() -> tuple[bytes, bool]:
+            doc = await detail_document(request.app, served, proxy_id)
+            html = _html(refresh_s, f"pool {proxy_id}",
+                         render_pool_body(build_pool_detail(doc)))
+            return html, doc["local_error"] is None and doc["trends_error"] is None
+
+        body = await rendered_whole(served, ("pool", proxy_id), render, HTML)
+        return await answer(request, served, body, PAGE_HEADERS)
 
     app.router.add_get("/status", status_page)
     app.router.add_get("/status/pools/{proxy_id:[^/]+}", pool_page)
 
 
-def _page(status: int, refresh_s: int, title: str, body: str) -> web.Response:
-    html = (f"<!doctype html><html lang=en><head><meta charset=utf-8>"
+def _html(refresh_s: int, title: str, body: str) -> bytes:
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8>"
             f"<meta http-equiv=refresh content={int(refresh_s)}>"
             f"<meta name=viewport content='width=device-width'>"
             f"<title>poolscope status: {escape(title)}</title><style>{_CSS}</style></head>"
-            f"<body>{HATCH_DEFS}{body}</body></html>")
-    return web.Response(status=status, text=html, content_type="text/html",
-                        charset="utf-8", headers=HEADERS)
+            f"<body>{HATCH_DEFS}{body}</body></html>").encode()
+
+
+def _page(status: int, refresh_s: int, title: str, body: str) -> web.Response:
+    """A page that is no view of a snapshot (none to show, no such pool): never kept."""
+    return web.Response(status=status, body=_html(refresh_s, title, body), headers={
+        **PAGE_HEADERS, "Cache-Control": "no-store", "Content-Type": HTML})
 
 
 # --- the fleet ------------------------------------------------------------------
@@ -156,10 +177,11 @@ CAPACITY_HEADERS = ("Model", "Used / free / unhealthy", "Total", "Used", "Free",
                     "Memory")
 
 
-def render_body(view: FleetView, idle_section: str) -> str:
-    """The fleet page: the pools, what can be stopped (`idle_section`), the GPUs."""
+def render_body(view: FleetView, idle_section: str, written_at: float) -> str:
+    """The fleet page: the pools, what can be stopped (`idle_section`), the GPUs, from
+    rollups the rules wrote at `written_at`."""
     parts = [f"<h1>poolscope status: {len(view.pools)} pools at "
-             f"{timestamp(view.generated_at)}, age {view.age()}</h1>", _stale_note(view)]
+             f"{timestamp(view.generated_at)}</h1>", _stale_note(view.stale, written_at)]
     if view.trend_error is not None:
         parts.append(f"<p class=unknown-text>Trends unavailable: {escape(view.trend_error)}"
                      f"</p>")
@@ -181,9 +203,13 @@ def render_body(view: FleetView, idle_section: str) -> str:
     return "".join(parts)
 
 
-def _stale_note(view: FleetView | PoolDetailView) -> str:
-    banner = stale_banner(view.stale, view.age_s)
-    return "" if banner is None else f"<p class=stale>{escape(banner)}</p>"
+def _stale_note(stale: bool, written_at: float) -> str:
+    """The stale warning, with when the rules wrote the numbers rather than their age:
+    a page is rendered once per snapshot (the Age header says how old it is)."""
+    if not stale:
+        return ""
+    return (f"<p class=stale>{escape(STALE_CAUSE)}; these numbers were written at "
+            f"{timestamp(written_at)}</p>")
 
 
 def _pool_row(p: PoolView, *, link: bool, trend: bool) -> str:
@@ -263,8 +289,8 @@ GPU_HEADERS = ("Instance", "GPU", "Model", "Health", "Utilization", "Memory")
 
 def render_pool_body(view: PoolDetailView) -> str:
     parts = [f"<p><a href='../../status'>All pools</a></p>"
-             f"<h1>pool {escape(view.proxy_id)} at {timestamp(view.generated_at)}, "
-             f"age {view.age()}</h1>", _stale_note(view)]
+             f"<h1>pool {escape(view.proxy_id)} at {timestamp(view.generated_at)}</h1>",
+             _stale_note(view.stale, view.generated_at)]
     parts += [table(POOL_HEADERS, [_pool_row(view.pool, link=False, trend=False)], "pool"),
               "<h2>GPUs per model</h2>",
               table(("Pool", "GPU util", "GPU memory", *CAPACITY_HEADERS),

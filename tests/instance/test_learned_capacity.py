@@ -7,9 +7,10 @@ import math
 import pytest
 
 from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.plausible import MAX_INSTANCE_REQUESTS
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.instance.capacity import LEARN_STEP_S, LEARN_WINDOW_S, Capacity
-from poolscope.exporters.instance.engine import MAX_PLAUSIBLE_RUNNING, EngineSample, interpret
+from poolscope.exporters.instance.engine import EngineSample, interpret
 from poolscope.exporters.instance.engines import VLLM
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text, health, labels
 
@@ -36,7 +37,7 @@ def sample(running: float | None, request_success: float | None = None) -> Engin
     return EngineSample("vllm", running, 0, 0.1, 0.1, request_success, None, None)
 
 
-@pytest.mark.parametrize("running", ["1e12", str(MAX_PLAUSIBLE_RUNNING + 1), "2.5"])
+@pytest.mark.parametrize("running", ["1e12", str(MAX_INSTANCE_REQUESTS + 1), "2.5"])
 def test_an_implausible_running_count_fails_the_engine_sample(running: str) -> None:
     with pytest.raises(SampleError) as err:
         interpret(vllm_page(running), VLLM)
@@ -45,13 +46,13 @@ def test_an_implausible_running_count_fails_the_engine_sample(running: str) -> N
 
 
 def test_running_up_to_the_ceiling_is_read_and_over_it_summed_over_ranks_is_not() -> None:
-    assert interpret(vllm_page(f"{MAX_PLAUSIBLE_RUNNING}.0"), VLLM).running \
-        == MAX_PLAUSIBLE_RUNNING
+    assert interpret(vllm_page(f"{MAX_INSTANCE_REQUESTS}.0"), VLLM).running \
+        == MAX_INSTANCE_REQUESTS
     page = fixture_text("vllm_dp")
     for rank, running in (("0", "24.0"), ("1", "18.0")):
         line = RUNNING.replace('engine="0"', f'engine="{rank}"')
         assert page.count(line + running + "\n") == 1
-        page = page.replace(line + running, line + str(MAX_PLAUSIBLE_RUNNING // 2 + 1))
+        page = page.replace(line + running, line + str(MAX_INSTANCE_REQUESTS // 2 + 1))
     with pytest.raises(SampleError) as err:
         interpret(page, VLLM)
     assert err.value.reason is ErrorReason.INVALID_VALUE and "all ranks" in str(err.value)
@@ -95,7 +96,7 @@ def test_implausible_running_counts_never_move_the_mark() -> None:
         capacity = Capacity(monotonic=FakeClock())
         if start is not None:
             capacity.observe(sample(start))
-        for bad in (math.nan, -3.0, 2.5, 7.5, math.inf, 1e12, MAX_PLAUSIBLE_RUNNING + 1.0):
+        for bad in (math.nan, -3.0, 2.5, 7.5, math.inf, 1e12, MAX_INSTANCE_REQUESTS + 1.0):
             capacity.observe(sample(bad))
             expected = None if start is None else (start, "learned")
             assert capacity.current() == expected, bad

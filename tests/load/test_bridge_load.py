@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.bridge_load import Result, Shape, run
+from bench.bridge_load import Result, Shape, run, side_by_side
+from tests.support.prometheus import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +37,21 @@ def check(result: Result) -> None:
     assert result.backend_queries == 2 * result.refreshes + sum(result.probes.values())
     assert result.prometheus_queries == result.backend_queries
     assert result.cache_lookups.get("miss") == result.rounds
+
+
+async def test_two_bridges_in_turns_revalidating_clients_get_304s(tmp_path: Path) -> None:
+    """Side by side (this tree as its own baseline, started as a checkout is): each
+    bridge's counts are its own turns', and clients that hold the body get a 304."""
+    shape = Shape(clients=10, pools=20, cache_ttl_s=0.5, evaluation_interval_s=1.0,
+                  interval_s=0.1, duration_s=2)
+    results = await side_by_side(shape, tmp_path, REPO, turns=2)
+    assert [r.turns for r in results] == [2, 2]
+    for result in results:
+        check(result)
+        assert result.load.statuses[304] > result.load.statuses[200] > 0
+    plain = await run(Shape(clients=10, pools=20, cache_ttl_s=0.5, evaluation_interval_s=1.0,
+                            interval_s=0.1, duration_s=2, revalidate=False), tmp_path / "plain")
+    assert set(plain.load.statuses) == {200}
 
 
 async def test_fifty_clients_share_one_read_per_evaluation(tmp_path: Path) -> None:

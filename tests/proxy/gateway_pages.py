@@ -25,3 +25,17 @@ def without_families(text: str, prefix: str) -> str:
     kept = [line for line in text.splitlines() if not family(line).startswith(prefix)]
     assert len(kept) < len(text.splitlines()), f"no {prefix}* family on the page"
     return "\n".join(kept) + "\n"
+
+
+def many_endpoints(text: str, endpoints: int) -> str:
+    """llmgw's page grown to `endpoints` more endpoints of pool `chat`: each of
+    chat-0's lines, in every family, repeated for `chat-x0`, `chat-x1`, ... right after
+    it, as the router lists a large pool."""
+    grown: list[str] = []
+    for line in text.splitlines():
+        grown.append(line)
+        if line.startswith("llmgw_endpoint_") and 'replica="chat-0"}' in line:
+            grown.extend(line.replace('replica="chat-0"', f'replica="chat-x{i}"')
+                         for i in range(endpoints))
+    assert len(grown) == len(text.splitlines()) + 7 * endpoints, "not llmgw's seven families"
+    return "\n".join(grown) + "\n"

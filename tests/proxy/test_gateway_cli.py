@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,10 +19,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from poolscope.exporters.proxy.__main__ import DEFAULT_LISTEN, parse
 from poolscope.service.argtypes import UsageError
-from tests.proxy.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
+from tests.proxy.gateway_pages import (
+    LLM_D,
+    LLM_D_POOL,
+    fixture_text,
+    many_endpoints,
+    without_families,
+)
 from tests.support.commands import command_process
 from tests.support.polling import eventually
-from tests.support.prometheus import free_port
+from tests.support.prometheus import free_port, wait_http
 from tests.support.static_http import Page, serving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
@@ -188,3 +197,173 @@ def test_busy_port_exits_1() -> None:
 def test_a_proxy_id_that_cannot_be_a_label_value_as_is_is_refused(proxy_id: str) -> None:
     with pytest.raises(UsageError, match="--proxy-id"):
         parse([*BASE, "--proxy-id", proxy_id])
+
+
+def _first_read(url: str, proc: subprocess.Popen[str]) -> dict[Series, float]:
+    """The adapter's page once its first read is done, good or not (its collector's
+    success series is there either way); fails at once if the process exits."""
+    return eventually(
+        lambda: _metrics(url),
+        lambda seen: proc.poll() is not None
+        or any(name == "poolscope_proxy_collector_success" for name, _ in seen),
+        timeout=60, what="the gateway collector's first read on /metrics")
+
+
+def _pool_series(page: dict[Series, float]) -> list[Series]:
+    return [s for s in page if s[0].startswith("poolscope_proxy_pool_")]
+
+
+@pytest.mark.parametrize(("fixture", "line"), [
+    ("gie_epp_objective", 'inference_pool_ready_pods{name="vllm-llama3-8b-instruct"} 3'),
+    (LLM_D, f'llm_d_epp_ready_endpoints{{name="{LLM_D_POOL}"}} 3'),
+], ids=["gie", "llm-d"])
+def test_an_absurd_ready_count_fails_the_read_instead_of_a_pool_of_1e12(fixture: str,
+                                                                       line: str) -> None:
+    text = fixture_text(fixture)
+    assert text.count(line) == 1
+    page = text.replace(line, line.removesuffix(" 3") + " 1e+12").encode()
+    port = free_port()
+    with serving(page) as gateway_url, command_process(
+            "poolscope.exporters.proxy", "--gateway", "gie", "--gateway-metrics-url", gateway_url,
+            "--pool-label", "--sample-interval", "0.2", "--listen", f"127.0.0.1:{port}") as proc:
+        seen = _first_read(f"http://127.0.0.1:{port}/metrics", proc)
+        assert proc.poll() is None, proc.communicate()
+        no_pool = {"proxy_id": "", "source": "exporter", "collector": "gateway"}
+        assert seen[_series("poolscope_proxy_collector_success", **no_pool)] == 0
+        assert seen[_series("poolscope_proxy_collector_errors_total", **no_pool,
+                            reason="invalid_value")] >= 1
+        assert _pool_series(seen) == []
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert "invalid_value" in stderr and "1000000000000.0" in stderr, stderr
+
+
+def test_a_duplicated_inflight_line_is_refused_not_counted_twice() -> None:
+    """batch-0's inflight line twice: counted, batch would read 44 in flight where the
+    router has 22; the page is refused as the engine reader refuses it."""
+    line = 'llmgw_endpoint_inflight{pool="batch",replica="batch-0"} 22'
+    text = fixture_text("llmgw")
+    assert text.count(line) == 1
+    page = text.replace(line, f"{line}\n{line}").encode()
+    port = free_port()
+    with serving(page) as gateway_url, command_process(
+            "poolscope.exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url",
+            gateway_url, "--pool-label", "--sample-interval", "0.2",
+            "--listen", f"127.0.0.1:{port}") as proc:
+        seen = _first_read(f"http://127.0.0.1:{port}/metrics", proc)
+        assert proc.poll() is None, proc.communicate()
+        no_pool = {"proxy_id": "", "source": "exporter", "collector": "gateway"}
+        assert seen[_series("poolscope_proxy_collector_success", **no_pool)] == 0
+        assert seen[_series("poolscope_proxy_collector_errors_total", **no_pool,
+                            reason="parse")] >= 1
+        assert _pool_series(seen) == []
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert "duplicate series" in stderr, stderr
+
+
+def test_one_endpoint_with_an_unusable_pool_is_left_out_and_counted() -> None:
+    """chat-2's pool is `<script>alert(1)</script>` in every family: from the first read
+    on, chat (without chat-2) and batch are read, the skipped series are counted
+    beside the health series, and the log names the label once."""
+    text = fixture_text("llmgw")
+    endpoint = '{pool="chat",replica="chat-2"}'
+    assert text.count(endpoint) == 7
+    page = text.replace(endpoint, '{pool="<script>alert(1)</script>",replica="chat-2"}').encode()
+    port = free_port()
+    with serving(page) as gateway_url, command_process(
+            "poolscope.exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url",
+            gateway_url, "--pool-label", "--sample-interval", "0.2",
+            "--listen", f"127.0.0.1:{port}") as proc:
+        url = f"http://127.0.0.1:{port}/metrics"
+        seen = _first_read(url, proc)
+        assert proc.poll() is None, proc.communicate()
+        for pool, registered, alive, inflight in (("chat", 2, 1, 14 + 9), ("batch", 2, 1, 22)):
+            ids = {"proxy_id": pool, "source": "gateway:llmgw"}
+            assert seen[_series("poolscope_proxy_pool_instances_registered", **ids)] == registered
+            assert seen[_series("poolscope_proxy_pool_instances_alive", **ids)] == alive
+            assert seen[_series("poolscope_proxy_pool_inflight_requests", **ids)] == inflight
+            health = {"proxy_id": pool, "source": "exporter"}
+            assert seen[_series("poolscope_proxy_collector_success", **health,
+                                collector="gateway")] == 1
+            # chat-2's inflight, stale and breaker series, once per read so far.
+            skipped = seen[_series("poolscope_proxy_gateway_series_skipped_total", **health,
+                                   reason="invalid_pool")]
+            assert skipped > 0 and skipped % 3 == 0
+        assert not [labels for _, labels in seen if ("proxy_id", "") in labels]
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert stderr.count("series left out") == 1, stderr
+    assert "<script>alert(1)</script>" in stderr
+
+
+# A pool this large takes the adapter seconds to read on a loaded 2-core machine
+# (docs/reliability.md has the figures): read on the event loop, it held /healthz
+# for as long. Large enough for that to show, small enough to be quick.
+LARGE_POOL = 20_000
+# What a Kubernetes liveness probe and a Prometheus scrape give the adapter.
+LIVENESS_PROBE_S = 1.0
+SCRAPE_TIMEOUT_S = 5.0
+# How often the test's scraper asks: a busy HA pair's worth, not a scrape per instant
+# (rendering 60,000 series back to back would only slow the reads down).
+SCRAPE_EVERY_S = 0.5
+_READ_DURATION = re.compile(rb'^poolscope_proxy_collector_duration_seconds\{collector="gateway",'
+                            rb'proxy_id="chat",source="exporter"\} (\S+)$', re.MULTILINE)
+
+
+def _timed_get(url: str) -> tuple[float, bytes]:
+    start = time.monotonic()
+    with urllib.request.urlopen(url, timeout=30) as r:
+        body = r.read()
+    return time.monotonic() - start, body
+
+
+def test_a_large_page_is_read_while_healthz_and_metrics_keep_answering() -> None:
+    """While the adapter reads a page of 20,000 endpoints, read after read, every
+    /healthz answers within a liveness probe's second and every /metrics (one
+    scraper, its page carrying the 60,000 member series) within a scrape timeout."""
+    page = many_endpoints(fixture_text("llmgw"), LARGE_POOL).encode()
+    registered = (b'poolscope_proxy_pool_instances_registered{proxy_id="chat",'
+                  b'source="gateway:llmgw"} ' + str(float(LARGE_POOL + 3)).encode())
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    # The read's own timeout is roomy: what is tested is that the loop answers while
+    # reads run, not how fast a loaded machine reads.
+    with serving(page) as gateway_url, command_process(
+            "poolscope.exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url",
+            gateway_url, "--pool-label", "--sample-interval", "0.2", "--gateway-timeout", "60",
+            "--listen", f"127.0.0.1:{port}") as proc:
+        wait_http(f"{base}/healthz", timeout=60)
+        scrapes: list[float] = []
+        reads: set[bytes] = set()  # each read's duration: a new value is a read done
+        done = threading.Event()
+
+        def scrape() -> None:
+            while not done.is_set():
+                took, body = _timed_get(f"{base}/metrics")
+                scrapes.append(took)
+                if registered in body:
+                    reads.update(_READ_DURATION.findall(body))
+                done.wait(SCRAPE_EVERY_S)
+
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
+        healthz: list[float] = []
+
+        def ask_healthz() -> int:
+            healthz.append(_timed_get(f"{base}/healthz")[0])
+            return len(reads)
+
+        try:
+            # Three reads done while /healthz is asked: it was asked through two whole
+            # reads at least (the adapter reads back to back: a read outlasts the interval).
+            eventually(ask_healthz,
+                       lambda n: n >= 3 or proc.poll() is not None or not scraper.is_alive(),
+                       timeout=120, what="three reads of the large page", every=0.05)
+        finally:
+            done.set()
+            scraper.join(timeout=60)
+        assert proc.poll() is None, proc.communicate()
+        assert len(reads) >= 3, "the scraper stopped"
+        assert max(healthz) < LIVENESS_PROBE_S, sorted(healthz)[-5:]
+        assert max(scrapes) < SCRAPE_TIMEOUT_S, sorted(scrapes)[-5:]

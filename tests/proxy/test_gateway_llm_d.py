@@ -72,6 +72,11 @@ LLM_D_MUTATIONS: list[tuple[str, Callable[[str], str], ErrorReason]] = [
     ("negative-ready", revalue(LLM_D_READY, "-1"), ErrorReason.INVALID_VALUE),
     ("inf-requests", revalue(LLM_D_REQUESTS, "+Inf"), ErrorReason.INVALID_VALUE),
     ("garbled", lambda t: swap(t, LLM_D_READY, LLM_D_READY.replace("{", "{{")), ErrorReason.PARSE),
+    # Past the plausible ranges (exporters/common/plausible.py).
+    ("absurd-ready", revalue(LLM_D_READY, "1e+12"), ErrorReason.INVALID_VALUE),
+    ("fractional-ready", revalue(LLM_D_READY, "2.5"), ErrorReason.INVALID_VALUE),
+    ("duplicate-ready", lambda t: swap(t, LLM_D_READY, f"{LLM_D_READY}\n{LLM_D_READY}"),
+     ErrorReason.PARSE),
 ]
 
 

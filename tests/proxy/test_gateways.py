@@ -6,8 +6,10 @@ a gateway can go wrong, over HTTP on loopback with the real sampling loop."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -19,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from poolscope.exporters.common import catalog as c
 from poolscope.exporters.common.health import ErrorReason
+from poolscope.exporters.common.plausible import MAX_POOL_MEMBERS, MAX_POOL_REQUESTS
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.exporters.proxy.__main__ import parse
@@ -29,7 +32,7 @@ from poolscope.exporters.proxy.gateway import (
     reading_families,
 )
 from poolscope.exporters.proxy.gateways import GATEWAYS
-from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools, parse_page
+from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools
 from poolscope.service.argtypes import UsageError
 from tests.proxy.conftest import until
 from tests.proxy.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
@@ -74,8 +77,7 @@ def samples_of(text: str) -> Samples:
 
 
 def read(gateway: str, text: str, pools: Pools) -> dict[str, PoolReading]:
-    g = GATEWAYS[gateway]
-    return {r.proxy_id: r for r in g.read(parse_page(text, g.prefixes, g.families), pools)}
+    return {r.proxy_id: r for r in GATEWAYS[gateway].interpret(text, pools).pools}
 
 
 def reading_error(gateway: str, text: str, pools: Pools) -> SampleError:
@@ -416,6 +418,12 @@ LLMGW_MUTATIONS: list[tuple[str, Callable[[str], str], ErrorReason]] = [
                                     'llmgw_endpoint_breaker_open{pool="batch",'
                                     'replica="batch-0"} 0.5'),
      ErrorReason.INVALID_VALUE),
+    # Past the plausible ranges (exporters/common/plausible.py): one endpoint's inflight.
+    ("absurd-inflight", revalue(LLMGW_INFLIGHT, "1e+12"), ErrorReason.INVALID_VALUE),
+    ("fractional-inflight", revalue(LLMGW_INFLIGHT, "2.5"), ErrorReason.INVALID_VALUE),
+    # A series twice is one measurement counted twice: refused as the engine reader does.
+    ("duplicate-inflight", lambda t: swap(t, LLMGW_INFLIGHT, f"{LLMGW_INFLIGHT}\n{LLMGW_INFLIGHT}"),
+     ErrorReason.PARSE),
 ]
 
 
@@ -444,6 +452,8 @@ GIE_MUTATIONS: list[tuple[str, Callable[[str], str], ErrorReason]] = [
      ErrorReason.INVALID_VALUE),
     ("negative-ready", lambda t: swap(t, GIE_READY, GIE_READY.replace(" 3", " -1")),
      ErrorReason.INVALID_VALUE),
+    ("absurd-ready", revalue(GIE_READY, "1e+12"), ErrorReason.INVALID_VALUE),
+    ("absurd-running", revalue(GIE_RUNNING, "1e+11"), ErrorReason.INVALID_VALUE),
     ("no-inference-families", lambda t: fixture_text("llmgw"), ErrorReason.PARSE),
     ("garbled", lambda t: t.replace("inference_pool_ready_pods{", "inference_pool_ready_pods{{"),
      ErrorReason.PARSE),
@@ -483,14 +493,29 @@ HOSTILE_POOLS = {
 
 
 @pytest.mark.parametrize("escaped", list(HOSTILE_POOLS.values()), ids=list(HOSTILE_POOLS))
-def test_hostile_llmgw_pool_label_is_refused_in_pool_label_mode(escaped: str) -> None:
+def test_hostile_llmgw_pool_label_is_left_out_and_the_other_pools_read(escaped: str) -> None:
     text = fixture_text("llmgw").replace('pool="chat"', f'pool="{escaped}"')
     assert samples_of(text)  # still a well-formed page: only the value is hostile
-    err = reading_error("llmgw", text, Pools(label="pool"))
-    assert err.reason is ErrorReason.INVALID_VALUE
-    assert len(err.detail) < 200  # the value is cut in the reason, never echoed whole
+    reading = GATEWAYS["llmgw"].interpret(text, Pools(label="pool"))
+    (batch,) = reading.pools
+    truth, _ = llmgw_truth(fixture_text("llmgw"))
+    assert (batch.proxy_id, batch.registered, batch.inflight) == (
+        "batch", truth["batch"].registered, truth["batch"].inflight)
+    # chat's three endpoints, each in the three families read with the pool label.
+    assert reading.skipped == 3 * 3
+    assert reading.skipped_pool is not None and len(reading.skipped_pool) < 100  # cut
     # With --proxy-id the label names no pool, so the same page is fine.
     assert read("llmgw", text, Pools(proxy_id="p1"))["p1"].registered == 5
+
+
+def test_a_page_whose_every_pool_label_is_unusable_fails() -> None:
+    """Nothing on it is measured: the read fails, so the collector says why, rather
+    than succeeding with no pool."""
+    text = fixture_text("llmgw").replace('pool="chat"', 'pool="<script>alert(1)</script>"')
+    text = text.replace('pool="batch"', 'pool="b a"')
+    err = reading_error("llmgw", text, Pools(label="pool"))
+    assert err.reason is ErrorReason.INVALID_VALUE
+    assert "is not a usable proxy_id" in err.detail
 
 
 @pytest.mark.parametrize("escaped", ['vllm\\"\\n', "x" * 500], ids=["quote-newline", "500"])
@@ -771,8 +796,10 @@ FAILURES: list[tuple[str, Callable[[FakeGateway], None], ErrorReason]] = [
     ("nan", _body(swap(fixture_text("llmgw"), LLMGW_INFLIGHT,
                        LLMGW_INFLIGHT.replace(" 14", " NaN")).encode()),
      ErrorReason.INVALID_VALUE),
-    ("hostile-pool", _body(fixture_text("llmgw").replace('pool="chat"', 'pool="a\\"b"')
-                           .encode()), ErrorReason.INVALID_VALUE),
+    # Every pool's label unusable: nothing on the page is measured.
+    ("hostile-pools", _body(fixture_text("llmgw").replace('pool="chat"', 'pool="a\\"b"')
+                            .replace('pool="batch"', 'pool="b a"').encode()),
+     ErrorReason.INVALID_VALUE),
     ("hang", lambda g: setattr(g, "hang", True), ErrorReason.TIMEOUT),
 ]
 
@@ -887,3 +914,21 @@ async def test_a_bearer_token_is_sent_to_the_gateway(gateway_server: FakeGateway
     finally:
         await reader.close()
     assert gateway_server.authorization == "Bearer s3cret"
+
+
+def test_the_documented_gateway_ranges_are_the_adapters() -> None:
+    """docs/gateways.md lists each family an adapter reads with its plausible range,
+    row for row, from the adapters themselves (exporters/common/plausible.py)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "gateways.md").read_text()
+    rows = re.findall(r"^\| (\w+) \| `(\w+)` \| (.+?) \|$", doc, re.MULTILINE)
+    assert rows == [(g.name, name, str(valid)) for g in GATEWAYS.values()
+                    for name, valid in g.families.items()]
+
+
+def test_a_pool_sum_past_its_range_fails_though_each_endpoint_is_plausible() -> None:
+    reading = PoolReading("chat", registered=MAX_POOL_MEMBERS + 1.0)
+    with pytest.raises(SampleError, match="pool chat: instances registered"):
+        reading.check()
+    with pytest.raises(SampleError) as err:
+        PoolReading("chat", inflight=float(MAX_POOL_REQUESTS) * 2).check()
+    assert err.value.reason is ErrorReason.INVALID_VALUE

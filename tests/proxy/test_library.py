@@ -234,7 +234,8 @@ async def test_publishes_exactly_the_catalog_proxy_families_with_their_labels(
     async with exporter.dispatch.request(), exporter.dispatch.track("a"):
         pass
     # The background-read health families belong to the gateway adapter mode.
-    gateway_only = {catalog.PROXY_COLLECTOR_SAMPLE_AGE.name, catalog.PROXY_COLLECTOR_ERRORS.name}
+    gateway_only = {catalog.PROXY_COLLECTOR_SAMPLE_AGE.name, catalog.PROXY_COLLECTOR_ERRORS.name,
+                    catalog.PROXY_GATEWAY_SERIES_SKIPPED.name}
     expected = {f.name: tuple(sorted(f.labels)) for f in catalog.all_families()
                 if f.name.startswith("poolscope_proxy_") and f.name not in gateway_only}
     assert published(metrics) == expected

@@ -10,8 +10,6 @@ from aiohttp import web
 
 from poolscope.bridge.local_queries import (
     FRESHNESS_RULE,
-    NETWORK_RX_RULE,
-    NETWORK_TX_RULE,
     SEEN_RULE,
     LocalQueries,
 )
@@ -19,7 +17,7 @@ from poolscope.exporters.common import catalog as c
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, series
 
 GiB = 2.0**30
-PER_INSTANCE = (FRESHNESS_RULE, NETWORK_RX_RULE, NETWORK_TX_RULE, SEEN_RULE)
+PER_INSTANCE = (FRESHNESS_RULE, SEEN_RULE)
 
 
 @dataclass
@@ -88,8 +86,9 @@ def _exporter(pid: str, i: Inst) -> list[Series]:
            series(c.HOST_MEMORY_USED.name, pid, str(16 * GiB), "psutil", **ids),
            series(c.HOST_MEMORY_TOTAL.name, pid, str(64 * GiB), "psutil", **ids),
            series(FRESHNESS_RULE, pid, "1.25", None, **ids),
-           series(NETWORK_RX_RULE, pid, "1250000", None, **ids),  # 10 Mbit/s
-           series(NETWORK_TX_RULE, pid, "250000", None, **ids),  # 2 Mbit/s
+           # 10 and 2 Mbit/s
+           series(c.HOST_NETWORK_RECEIVE_RATE.name, pid, "1250000", "psutil", **ids),
+           series(c.HOST_NETWORK_TRANSMIT_RATE.name, pid, "250000", "psutil", **ids),
            series(SEEN_RULE, pid, "1", None, **ids),
            series(c.COLLECTOR_SAMPLE_AGE.name, pid, f"{i.sample_age_s:g}", "exporter",
                   collector="host", **ids),

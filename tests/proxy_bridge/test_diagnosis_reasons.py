@@ -1,6 +1,6 @@
 """`/debug/pool_resource_sources` for the fields whose null has more causes than a
 member's host: the pool's resource freshness (null while the pool counts a member that
-serves no host sample age) and its network rates (null until each counter's 1m rate
+serves no host sample age) and its network rates (null until each exporter's own minute
 window is covered). Each branch of `diagnosis.freshness` and `diagnosis.network` is
 driven by the series a running system would show."""
 
@@ -13,7 +13,7 @@ import pytest
 from poolscope.bridge.fields import FIELDS
 from poolscope.bridge.local_queries import FRESHNESS_RULE
 from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY, RATE_EDGE_S
+from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY, RATE_EDGE_S, RATE_WINDOW_S
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import Series, pool_series, series
@@ -141,7 +141,7 @@ async def test_network_with_every_host_sampled_is_the_rate_window(
     for path, reasons in (await _reasons(canned, make_bridge, raw, NETWORK)).items():
         detail = _only(reasons, "rate_window_not_covered", [])
         assert detail == f"every member's host is sampled, but {NULL_WHEN[path]}", detail
-        assert f"within {RATE_EDGE_S:g} s of each end of the last minute" in detail, detail
+        assert f"own samples span {RATE_WINDOW_S - RATE_EDGE_S:g} s" in detail, detail
 
 
 async def test_network_with_a_member_exporter_down_is_the_host(

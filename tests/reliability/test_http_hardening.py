@@ -184,6 +184,41 @@ async def test_idle_keep_alive_connections_give_up_their_slots_longest_idle_firs
             writer.close()
 
 
+async def test_a_new_tls_client_takes_an_idle_keep_alive_slot_at_the_cap(
+        certificate: tuple[Path, Path]) -> None:
+    """Four clients on four addresses hold the cap with idle keep-alives; a fifth, from
+    an address of its own, is served over TLS by taking the longest idle slot, not
+    refused because its handshake sorted first."""
+    cert, key = certificate
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(str(cert), str(key))
+    client_side = ssl.create_default_context(cafile=str(cert))
+    client_side.check_hostname = False
+    exporter = InstanceExporter(Settings(instance_id="i-1", proxy_id="p-1"),
+                                nvml=three_gpus().module())
+    await exporter.loop.sample_all()
+    try:
+        async with serving(make_app(exporter, Exposure()), "127.0.0.1", 0, tls=server_side,
+                           limits=HttpLimits(max_connections=4)) as (host, port):
+            async def kept_alive(n: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=client_side, local_addr=(f"127.0.0.{n}", 0))
+                writer.write(get_request("/healthz"))
+                head, _ = await read_response(reader)
+                assert status_of(head.split(b"\r\n")[0]) == 200, n
+                return reader, writer
+
+            held = [await kept_alive(n) for n in range(2, 6)]  # the cap, each idle
+            _, writer = await kept_alive(6)  # served: it took a slot
+            writer.close()
+            # The longest idle, 127.0.0.2, gave its slot up.
+            assert await asyncio.wait_for(held[0][0].read(), 10) == b""
+            for _, writer in held:
+                writer.close()
+    finally:
+        await exporter.stop()
+
+
 class Flood:
     """Sockets that hold a connection each and never authenticate: some silent,
     some sending an unauthenticated /healthz, every one reconnecting as soon as

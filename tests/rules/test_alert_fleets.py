@@ -135,15 +135,15 @@ class Fleet:
         self.gauge("poolscope_host_cpu_utilization_ratio", host, 0.3)
         self.gauge("poolscope_host_memory_used_bytes", host, 4e9)
         self.gauge("poolscope_host_memory_total_bytes", host, 16e9)
-        self.counter("poolscope_host_network_receive_bytes_total", f'{host},device="eth0"', 1e5)
-        self.counter("poolscope_host_network_transmit_bytes_total", f'{host},device="eth0"', 1e5)
+        self.gauge("poolscope_host_network_receive_bytes_per_second", host, 2e4)
+        self.gauge("poolscope_host_network_transmit_bytes_per_second", host, 2e4)
         running = 2 if self.busy else 0
         self.gauge("poolscope_engine_requests_running", engine, running)
         self.gauge("poolscope_engine_requests_waiting", engine, 0)
         self.gauge("poolscope_engine_kv_cache_usage_ratio", engine, 0.2 if self.busy else 0)
         self.gauge("poolscope_engine_kv_cache_usage_max_ratio", engine, 0.2 if self.busy else 0)
         self.gauge("poolscope_engine_saturation_ratio", engine, 0.25 if self.busy else 0)
-        self.counter("poolscope_engine_request_success_total", engine, 5 if self.busy else 0)
+        self.gauge("poolscope_engine_request_success_per_second", engine, 1 if self.busy else 0)
         self.gauge("poolscope_instance_capacity_requests", f'{target},source="configured"', 8)
         self.gauge("poolscope_instance_admission_level", f'{target},source="derived"',
                    ADMISSION_LEVELS["accepting"])

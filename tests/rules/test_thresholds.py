@@ -23,9 +23,9 @@ EXPRESSIONS_USING = {
                       "proxy_pool:requests:rate1m", "PoolscopeProxySourceSilent"},
     "IDLE_GPUS_S": {"PoolscopeIdleInstanceHoldsGpus"},
     "ALERT_JOBS": {"PoolscopeTargetDown"},
-    **dict.fromkeys(("RATE_WINDOW_S", "RATE_EDGE_S", "RATE_EDGE_OFFSET_S"), frozenset({
-        "proxy_pool:requests:rate1m", "proxy_pool:network_receive_bytes:rate1m",
-        "proxy_pool:network_transmit_bytes:rate1m"})),
+    # The network rates and the engines' QPS are the exporters' own (window_rate.py).
+    **dict.fromkeys(("RATE_WINDOW_S", "RATE_EDGE_S", "RATE_EDGE_OFFSET_S"),
+                    frozenset({"proxy_pool:requests:rate1m"})),
 }
 # What the rules only explain, by the record whose comment states it.
 COMMENTS_USING = {"IDLE_S": "proxy_pool:instances_idle:count",

@@ -49,6 +49,14 @@ class Bridge:
 MakeBridge = Callable[..., Awaitable[Bridge]]
 
 
+async def aged(bridge: Bridge, path: str, status: int = 200) -> tuple[dict[str, Any], float]:
+    """An answer from the snapshot: its document, and the snapshot's age as its headers
+    state it (the body keeps no age: it is rendered once per snapshot)."""
+    resp = await bridge.http.get(path)
+    assert resp.status == status, await resp.text()
+    return await resp.json(), float(resp.headers["X-Poolscope-Age-S"])
+
+
 @pytest.fixture
 async def make_bridge(clock: FakeClock) -> AsyncIterator[MakeBridge]:
     """Start a bridge (fresh registry) over the given backends; closed after the test."""

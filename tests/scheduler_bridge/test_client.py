@@ -68,7 +68,8 @@ def test_parse_tolerates_added_and_missing_fields() -> None:
                 "load": {"inflight_total": 2, "some_future_field": 9},
                 "future_section": {"x": 1}}}}
     snap = parse_snapshot(doc)
-    assert (snap.stale, snap.age_s) == (True, 4.5)
+    assert (snap.stale, snap.age_s) == (True, 4.5)  # a bridge from before the headers
+    assert parse_snapshot(doc, age_s=2.0).age_s == 2.0  # what the headers say comes first
     old = snap.pools["old"]
     assert old.load.inflight_total == 2
     assert old.load.capacity is None

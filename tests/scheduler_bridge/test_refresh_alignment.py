@@ -16,7 +16,7 @@ import yaml
 from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.__main__ import build_parser
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
-from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
+from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge, aged
 from tests.support.polling import until
 from tests.support.prometheus import REPO
 
@@ -86,14 +86,15 @@ async def test_one_full_read_when_the_timestamp_moves_however_many_ask(
     await until(lambda: bridge.metric(LOOKUPS, result="shared"), lambda n: n == 49,
                 "every other client joined the probe in flight")
     canned.gate.set()
-    bodies = [await r.json() for r in await asyncio.gather(*requests)]
+    answers = await asyncio.gather(*requests)
+    bodies = [await r.json() for r in answers]
     assert len(canned.rollup_queries) == 2
     assert len(canned.queries) == asked + 3  # the probe, then the rollups and their time
     assert bridge.metric(PROBES, outcome="moved") == 1
     assert bridge.metric(REFRESHES, outcome="ok") == 2
     assert {b["generated_at"] for b in bodies} == {round(clock.now, 3)}
     assert {b["pools"]["a"]["load"]["inflight_total"] for b in bodies} == {7.0}
-    assert {b["age_s"] for b in bodies} == {0.0}
+    assert {r.headers["X-Poolscope-Age-S"] for r in answers} == {"0.000"}
 
 
 async def test_staleness_is_still_reported_when_the_rules_stop(
@@ -102,8 +103,8 @@ async def test_staleness_is_still_reported_when_the_rules_stop(
     clock.now += 10
     assert (await get(bridge, POOLS))["stale"] is False  # two evaluations late: still fresh
     clock.now += 6
-    old = await get(bridge, POOLS)
-    assert (old["stale"], old["age_s"]) == (True, 16.0)
+    old, age = await aged(bridge, POOLS)
+    assert (old["stale"], age) == (True, 16.0)
     assert (await get(bridge, "/readyz", 503))["age_s"] == 16.0
     clock.now += 15
     gone = await get(bridge, POOLS, 503)
@@ -112,8 +113,8 @@ async def test_staleness_is_still_reported_when_the_rules_stop(
 
     canned.rollups_written_at = clock.now  # the rules run again
     clock.now += TTL_S
-    back = await get(bridge, POOLS)
-    assert (back["stale"], back["age_s"]) == (False, TTL_S)
+    back, age = await aged(bridge, POOLS)
+    assert (back["stale"], age) == (False, TTL_S)
     assert len(canned.rollup_queries) == 2
 
 
@@ -122,8 +123,8 @@ async def test_a_failure_is_retried_with_a_full_read(
     bridge = await aligned(make_bridge, canned, clock)
     clock.now += INTERVAL_S
     canned.fail_status = 503
-    down = await get(bridge, POOLS)
-    assert (down["stale"], down["age_s"]) == (True, INTERVAL_S)
+    down, age = await aged(bridge, POOLS)
+    assert (down["stale"], age) == (True, INTERVAL_S)
     assert bridge.metric(PROBES, outcome="error") == 1
     assert len(canned.rollup_queries) == 1  # the probe failed: nothing else was asked
 

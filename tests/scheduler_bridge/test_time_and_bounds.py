@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
-from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
+from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge, aged
 from tests.support.polling import until
 
 POOLS = "/debug/proxy_pool_resources"
@@ -54,12 +54,12 @@ async def test_rollups_written_long_ago_are_served_stale_then_refused(
     bridge = await make_bridge(canned.url, cache_ttl_s=0.0, fresh_for_s=15.0,
                                stale_after_s=30.0)
     canned.rollups_age_s = 2.5
-    fresh = await get(bridge, POOLS, 200)
-    assert (fresh["stale"], fresh["age_s"]) == (False, 2.5)
+    fresh, age = await aged(bridge, POOLS)
+    assert (fresh["stale"], age) == (False, 2.5)
 
     canned.rollups_age_s = 20.0
-    old = await get(bridge, POOLS, 200)
-    assert (old["stale"], old["age_s"]) == (True, 20.0)
+    old, age = await aged(bridge, POOLS)
+    assert (old["stale"], age) == (True, 20.0)
     assert old["pools"] == fresh["pools"]
     resp = await bridge.http.get("/v1/pool_resources/a")
     assert (resp.headers["X-Poolscope-Stale"], resp.headers["Age"]) == ("true", "20")
@@ -102,8 +102,8 @@ async def test_a_replayed_answer_ages_until_it_is_refused(
                                stale_after_s=30.0)
     assert (await get(bridge, POOLS, 200))["stale"] is False
     clock.now += 16
-    replayed = await get(bridge, POOLS, 200)
-    assert (replayed["stale"], replayed["age_s"]) == (True, 16.0)
+    replayed, age = await aged(bridge, POOLS)
+    assert (replayed["stale"], age) == (True, 16.0)
     clock.now += 15
     assert "written 31.0 s ago" in (await get(bridge, POOLS, 503))["error"]
 
@@ -122,8 +122,8 @@ async def test_a_clock_that_disagrees_with_prometheus_is_refused_by_name(
 
     canned.skew_s = skew_s
     clock.now += 5
-    stale = await get(bridge, POOLS, 200)
-    assert (stale["stale"], stale["age_s"]) == (True, 5.0)
+    stale, age = await aged(bridge, POOLS)
+    assert (stale["stale"], age) == (True, 5.0)
     clock.now += 30
     gone = await get(bridge, POOLS, 503)
     assert [(e["cause"], words in e["detail"]) for e in gone["backends"]] == [
@@ -138,9 +138,9 @@ async def test_a_hung_backend_gets_the_last_snapshot_at_once(
     before = await get(bridge, POOLS, 200)
     canned.gate = asyncio.Event()  # from now on Prometheus takes the query and hangs
     clock.now += 6  # past the rules' next evaluation (5 s): the bridge asks
-    waited = await get(bridge, POOLS, 200)  # waits answer_within for the refresh
+    waited, age = await aged(bridge, POOLS)  # waits answer_within for the refresh
     at_once = await get(bridge, "/v1/pool_resources/a", 200)  # the refresh is late
-    assert (waited["stale"], waited["age_s"]) == (True, 6.0)
+    assert (waited["stale"], age) == (True, 6.0)
     assert waited["pools"] == before["pools"] and at_once == before["pools"]["a"]
     await get(bridge, "/readyz", 503)
     assert bridge.metric("poolscope_scheduler_bridge_cache_requests_total",

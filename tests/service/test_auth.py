@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
+import threading
 from collections.abc import AsyncIterator
 
+import aiohttp
 import bcrypt
 import pytest
 from aiohttp import web
@@ -15,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from poolscope.service import auth
 from poolscope.service.auth import OPEN_PATHS, Access
 from poolscope.service.web import guarded
+from tests.support.polling import until
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))
 
@@ -124,21 +126,71 @@ async def test_web_config_headers_are_on_every_answer() -> None:
         await client.close()
 
 
-async def test_a_flood_of_new_passwords_is_refused_unchecked_past_the_queue(
-        both: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drive-by clients can hang up and free their slot while their check waits; past
-    a few waiting, a new password is refused unchecked, and a known one still passes."""
-    assert (await both.get("/metrics", headers=basic("prom", "s3cret"))).status == 200
-    calls = []
+def held_checks(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], threading.Event]:
+    """bcrypt held at its first check until the event is set, so that a queue forms
+    in the order the test makes it; the passwords checked, in order."""
+    checked = []
+    release = threading.Event()
     real = bcrypt.checkpw
 
-    def slow(*args: bytes) -> bool:
-        calls.append(args)
-        time.sleep(0.05)
-        return real(*args)
+    def held(password: bytes, hashed: bytes) -> bool:
+        checked.append(password)
+        release.wait(timeout=60)
+        return real(password, hashed)
 
-    monkeypatch.setattr(bcrypt, "checkpw", slow)
-    flood = [both.get("/metrics", headers=basic("prom", f"guess-{i}")) for i in range(40)]
-    statuses = await asyncio.gather(*flood, both.get("/metrics", headers=basic("prom", "s3cret")))
-    assert [r.status for r in statuses] == [401] * 40 + [200]
-    assert len(calls) < 40 - auth.MAX_WAITING_CHECKS
+    monkeypatch.setattr(bcrypt, "checkpw", held)
+    return checked, release
+
+
+async def test_a_flood_from_one_address_is_refused_unchecked_past_its_quota(
+        both: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past a few checks waiting from one address, its new passwords get 429 (not 401:
+    they were not looked at), and a password already checked still passes."""
+    assert (await both.get("/metrics", headers=basic("prom", "s3cret"))).status == 200
+    checked, release = held_checks(monkeypatch)
+    flood = [asyncio.create_task(both.get("/metrics", headers=basic("prom", f"guess-{i}")))
+             for i in range(40)]
+    known = await both.get("/metrics", headers=basic("prom", "s3cret"))
+    # One check under way, its address's quota queued behind it: the rest are answered.
+    await until(lambda: sum(task.done() for task in flood),
+                lambda n: n >= 40 - 1 - auth.PEER_WAITING_CHECKS, "the quota's 429s")
+    release.set()
+    responses = [*await asyncio.gather(*flood), known]
+    assert responses[-1].status == 200
+    crowded = [r for r in responses[:-1] if r.status == 429]
+    assert {r.status for r in responses[:-1]} == {401, 429}
+    assert all(r.headers["Retry-After"] == "1" and r.headers["Connection"] == "close"
+               for r in crowded)
+    assert len(checked) == 40 - len(crowded) <= 2 * auth.PEER_WAITING_CHECKS
+
+
+async def test_new_credentials_wait_one_check_per_flooding_address_not_the_whole_flood(
+        both: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checks are served round robin across client addresses: three addresses with a
+    full queue each delay a fourth address's new password by one check each."""
+    checked, release = held_checks(monkeypatch)
+    sessions = {host: aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(local_addr=(host, 0), force_close=True))
+        for host in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")}
+    url = both.make_url("/metrics")
+
+    async def get(host: str, password: str) -> int:
+        async with sessions[host].get(url, headers=basic("prom", password)) as response:
+            return response.status
+
+    try:
+        flood = [asyncio.create_task(get(host, f"{host}-{i}"))
+                 for i in range(auth.PEER_WAITING_CHECKS) for host in list(sessions)[:3]]
+        await until(lambda: len(auth._waiting), lambda n: n == len(flood), "the flood queued")
+        scraper = asyncio.create_task(get("127.0.0.5", "s3cret"))
+        await until(lambda: len(auth._waiting), lambda n: n == len(flood) + 1,
+                    "the scraper queued behind the flood")
+        release.set()
+        assert await scraper == 200
+        assert set(await asyncio.gather(*flood)) == {401}
+    finally:
+        for session in sessions.values():
+            await session.close()
+    # FIFO would have checked all 12 guesses first; round robin, at most one per
+    # flooding address after the check under way.
+    assert checked.index(b"s3cret") <= 1 + 3

@@ -21,7 +21,8 @@ Mapped:
 - requests: the request counter: the requests the EPP scheduled, every outcome
   together (one it rejected at scheduling is counted in its error counter only).
 The model-level families carry no pool label. An EPP serves one InferencePool,
-so they are the pool's when the page holds one pool, and are left out otherwise.
+so they are the pool's when the page holds one pool, and are left out otherwise
+(also when a second pool was left out for a pool name that is not a usable id).
 Not mapped: the per-endpoint queue is the engines' waiting queue, not a Proxy queue
 (the Instance exporters measure it), and the EPP has no Proxy-side queue of its own.
 """
@@ -30,7 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from poolscope.exporters.proxy.gateways.pool import Endpoint, Page, PoolReading, Pools, by_pool
+from poolscope.exporters.common.plausible import AMOUNT, MEMBERS, POOL_REQUESTS, QUEUED
+from poolscope.exporters.proxy.gateways.pool import Endpoint, Page, PoolReading, Pools
 
 PREFIXES = ("llm_d_epp_", "inference_")
 POOL_LABEL = "name"
@@ -44,7 +46,11 @@ _RUNNING = ("llm_d_epp_request_running", "inference_objective_running_requests",
             "inference_model_running_requests")
 _REQUESTS = ("llm_d_epp_request_total", "inference_objective_request_total",
              "inference_model_request_total")
-READ = (*_MEMBERS, *_READY, *_RUNNING, *_REQUESTS)
+# Each family read and its plausible range: the per-endpoint queue is an engine's
+# waiting queue, the ready count a pool's members, the running count a pool's
+# requests (per model), the request counter a counter.
+READ = {**dict.fromkeys(_MEMBERS, QUEUED), **dict.fromkeys(_READY, MEMBERS),
+        **dict.fromkeys(_RUNNING, POOL_REQUESTS), **dict.fromkeys(_REQUESTS, AMOUNT)}
 
 
 def _newest(page: Page, names: Iterable[str]) -> str | None:
@@ -61,19 +67,21 @@ def read(page: Page, pools: Pools) -> list[PoolReading]:
     readings: dict[str, PoolReading] = {}
     members = _newest(page, _MEMBERS)
     if members is not None:
-        for pool, pooled in by_pool(page[members], pools).items():
+        for pool, pooled in page.by_pool(page[members], pools).items():
             reading = readings.setdefault(pool, PoolReading(pool))
             for labels, _ in pooled:
                 endpoint = labels.get(_MEMBERS[members], "")
                 reading.endpoints[endpoint] = Endpoint(endpoint)
     ready = _newest(page, _READY)
     if ready is not None:
-        for pool, pooled in by_pool(page[ready], pools).items():
+        for pool, pooled in page.by_pool(page[ready], pools).items():
             readings.setdefault(pool, PoolReading(pool)).alive = sum(v for _, v in pooled)
     if pools.fixed:
         assert pools.proxy_id is not None
         readings.setdefault(pools.proxy_id, PoolReading(pools.proxy_id))
-    if len(readings) == 1:
+    # A page that held a pool left out for its label may have counted that pool's
+    # requests too.
+    if len(readings) == 1 and not page.skipped:
         (reading,) = readings.values()
         reading.inflight = _total(page, _RUNNING)
         reading.requests_total = _total(page, _REQUESTS)

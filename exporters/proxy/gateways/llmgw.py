@@ -20,14 +20,13 @@ the engines then), and saturation is per model, not per pool.
 
 from __future__ import annotations
 
+from poolscope.exporters.common.plausible import FLAG, POOL_REQUESTS, QUEUED
 from poolscope.exporters.proxy.gateways.pool import (
     Endpoint,
     Page,
     PoolReading,
     Pools,
     Sample,
-    by_pool,
-    flag,
 )
 
 PREFIXES = ("llmgw_",)
@@ -38,12 +37,14 @@ _STALE = "llmgw_endpoint_metrics_stale"
 _BREAKER = "llmgw_endpoint_breaker_open"
 _ADMISSION = "llmgw_admission_queue_depth"
 _FLAGS = (_STALE, _BREAKER)
-READ = (_INFLIGHT, *_FLAGS, _ADMISSION)
+# Each family read and its plausible range: inflight to one endpoint, 0/1 flags (a
+# flag of 2 is a corrupt page, never read as set or clear), a band's depth.
+READ = {_INFLIGHT: QUEUED, **dict.fromkeys(_FLAGS, FLAG), _ADMISSION: POOL_REQUESTS}
 
 
 def _pooled(page: Page, name: str, pools: Pools) -> list[Sample]:
     """The family's samples; with --pool-label, not those of endpoints in no pool."""
-    samples = page.get(name, [])
+    samples = page.get(name)
     if pools.label is None:
         return samples
     return [(labels, v) for labels, v in samples if labels.get(pools.label) != NO_POOL]
@@ -53,10 +54,10 @@ def read(page: Page, pools: Pools) -> list[PoolReading]:
     readings: dict[str, PoolReading] = {}
     flags: dict[tuple[str, str], list[bool]] = {}
     for name in _FLAGS:
-        for pool, samples in by_pool(_pooled(page, name, pools), pools).items():
+        for pool, samples in page.by_pool(_pooled(page, name, pools), pools).items():
             for labels, value in samples:
-                flags.setdefault((pool, labels.get("replica", "")), []).append(flag(name, value))
-    for pool, samples in by_pool(_pooled(page, _INFLIGHT, pools), pools).items():
+                flags.setdefault((pool, labels.get("replica", "")), []).append(value == 1)
+    for pool, samples in page.by_pool(_pooled(page, _INFLIGHT, pools), pools).items():
         reading = readings.setdefault(pool, PoolReading(pool))
         reading.inflight = sum(value for _, value in samples)
         for labels, value in samples:
