@@ -49,10 +49,13 @@ _ENTITY_TAG = re.compile(r'(?:W/)?"([^"]*)"')
 class Rendered:
     """One body as served: its bytes, its type, its tag, and its gzip once asked for."""
 
-    __slots__ = ("_gzip", "body", "content_type", "etag", "gzip_etag")
+    __slots__ = ("_gzip", "body", "content_type", "etag", "gzip_etag", "kept")
 
-    def __init__(self, body: bytes, content_type: str) -> None:
+    def __init__(self, body: bytes, content_type: str, kept: bool = True) -> None:
         self.body = body
+        # False for a body with a part missing: the next request draws it again, so
+        # no one may keep it for max-age.
+        self.kept = kept
         self.content_type = content_type
         tag = f"{_BOOT}-{next(_SERIAL)}"
         # Another coding is another representation: a strong tag names the bytes.
@@ -103,7 +106,7 @@ async def rendered_whole(served: Served, key: Hashable,
     body, whole = await render()
     if whole:
         return _keep(served, key, body, content_type)
-    return Rendered(body, content_type)
+    return Rendered(body, content_type, kept=False)
 
 
 def _kept(served: Served, key: Hashable) -> Rendered | None:
@@ -122,6 +125,8 @@ async def answer(request: web.Request, served: Served, body: Rendered,
     when its Accept-Encoding allows, with how old it is and how long it stays current,
     besides `headers`."""
     headers = {**(headers or {}), **freshness_headers(served)}
+    if not body.kept:
+        headers["Cache-Control"] = "no-cache"
     headers["Vary"] = "Accept-Encoding"
     gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
     headers["ETag"] = body.gzip_etag if gzip else body.etag

@@ -145,7 +145,7 @@ def add_status_routes(app: web.Application, snapshot: SnapshotProvider, *,
         async def render() -> tuple[bytes, bool]:
             doc = await detail_document(request.app, served, proxy_id)
             html = _html(refresh_s, f"pool {proxy_id}",
-                         render_pool_body(build_pool_detail(doc)))
+                         render_pool_body(build_pool_detail(doc), rollups_time(served)))
             return html, doc["local_error"] is None and doc["trends_error"] is None
 
         body = await rendered_whole(served, ("pool", proxy_id), render, HTML)
@@ -287,10 +287,11 @@ INSTANCE_HEADERS = ("Instance", "State", "Resource data", "Admission", "Load / c
 GPU_HEADERS = ("Instance", "GPU", "Model", "Health", "Utilization", "Memory")
 
 
-def render_pool_body(view: PoolDetailView) -> str:
+def render_pool_body(view: PoolDetailView, written_at: float) -> str:
+    """One pool's page, from rollups the rules wrote at `written_at` (as the fleet's)."""
     parts = [f"<p><a href='../../status'>All pools</a></p>"
              f"<h1>pool {escape(view.proxy_id)} at {timestamp(view.generated_at)}</h1>",
-             _stale_note(view.stale, view.generated_at)]
+             _stale_note(view.stale, written_at)]
     parts += [table(POOL_HEADERS, [_pool_row(view.pool, link=False, trend=False)], "pool"),
               "<h2>GPUs per model</h2>",
               table(("Pool", "GPU util", "GPU memory", *CAPACITY_HEADERS),

@@ -213,6 +213,25 @@ def _pool_series(page: dict[Series, float]) -> list[Series]:
     return [s for s in page if s[0].startswith("poolscope_proxy_pool_")]
 
 
+def _refused(gateway: str, page: bytes, reason: str) -> str:
+    """The real adapter reading `page`: its first read fails with `reason`, health under
+    no pool and no pool's series; what it logged."""
+    port = free_port()
+    with serving(page) as gateway_url, command_process(
+            "poolscope.exporters.proxy", "--gateway", gateway, "--gateway-metrics-url",
+            gateway_url, "--pool-label", "--sample-interval", "0.2",
+            "--listen", f"127.0.0.1:{port}") as proc:
+        seen = _first_read(f"http://127.0.0.1:{port}/metrics", proc)
+        assert proc.poll() is None, proc.communicate()
+        no_pool = {"proxy_id": "", "source": "exporter", "collector": "gateway"}
+        assert seen[_series("poolscope_proxy_collector_success", **no_pool)] == 0
+        assert seen[_series("poolscope_proxy_collector_errors_total", **no_pool,
+                            reason=reason)] >= 1
+        assert _pool_series(seen) == []
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=30)[1]
+
+
 @pytest.mark.parametrize(("fixture", "line"), [
     ("gie_epp_objective", 'inference_pool_ready_pods{name="vllm-llama3-8b-instruct"} 3'),
     (LLM_D, f'llm_d_epp_ready_endpoints{{name="{LLM_D_POOL}"}} 3'),
@@ -222,19 +241,7 @@ def test_an_absurd_ready_count_fails_the_read_instead_of_a_pool_of_1e12(fixture:
     text = fixture_text(fixture)
     assert text.count(line) == 1
     page = text.replace(line, line.removesuffix(" 3") + " 1e+12").encode()
-    port = free_port()
-    with serving(page) as gateway_url, command_process(
-            "poolscope.exporters.proxy", "--gateway", "gie", "--gateway-metrics-url", gateway_url,
-            "--pool-label", "--sample-interval", "0.2", "--listen", f"127.0.0.1:{port}") as proc:
-        seen = _first_read(f"http://127.0.0.1:{port}/metrics", proc)
-        assert proc.poll() is None, proc.communicate()
-        no_pool = {"proxy_id": "", "source": "exporter", "collector": "gateway"}
-        assert seen[_series("poolscope_proxy_collector_success", **no_pool)] == 0
-        assert seen[_series("poolscope_proxy_collector_errors_total", **no_pool,
-                            reason="invalid_value")] >= 1
-        assert _pool_series(seen) == []
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
+    stderr = _refused("gie", page, "invalid_value")
     assert "invalid_value" in stderr and "1000000000000.0" in stderr, stderr
 
 
@@ -245,21 +252,7 @@ def test_a_duplicated_inflight_line_is_refused_not_counted_twice() -> None:
     text = fixture_text("llmgw")
     assert text.count(line) == 1
     page = text.replace(line, f"{line}\n{line}").encode()
-    port = free_port()
-    with serving(page) as gateway_url, command_process(
-            "poolscope.exporters.proxy", "--gateway", "llmgw", "--gateway-metrics-url",
-            gateway_url, "--pool-label", "--sample-interval", "0.2",
-            "--listen", f"127.0.0.1:{port}") as proc:
-        seen = _first_read(f"http://127.0.0.1:{port}/metrics", proc)
-        assert proc.poll() is None, proc.communicate()
-        no_pool = {"proxy_id": "", "source": "exporter", "collector": "gateway"}
-        assert seen[_series("poolscope_proxy_collector_success", **no_pool)] == 0
-        assert seen[_series("poolscope_proxy_collector_errors_total", **no_pool,
-                            reason="parse")] >= 1
-        assert _pool_series(seen) == []
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    assert "duplicate series" in stderr, stderr
+    assert "duplicate series" in _refused("llmgw", page, "parse")
 
 
 def test_one_endpoint_with_an_unusable_pool_is_left_out_and_counted() -> None:

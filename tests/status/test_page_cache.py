@@ -68,6 +68,7 @@ async def test_a_page_missing_a_part_is_drawn_again_until_it_has_it(
     bridge.prometheus.fail_matching = "poolscope_collector_errors_total"  # the Instances
     broken = await bridge.http.get(POOL)
     assert "could not be read" in await broken.text()
+    assert broken.headers["Cache-Control"] == "no-cache"  # no browser keeps it
     again = await bridge.http.get(POOL, headers={"If-None-Match": broken.headers["ETag"]})
     assert again.status == 200 and again.headers["ETag"] != broken.headers["ETag"]
 
