@@ -3,7 +3,7 @@
 An exporter knows when it sampled each counter value; Prometheus only knows when
 it scraped. So the exporter can state a rate that is exact over its own window,
 and the pool rules read one gauge per Instance instead of the counter three
-times (`rate()` plus the two reads that check its window is covered: issue 28,
+times (`rate()` plus the two reads that check its window is covered; the cost is in
 docs/benchmarks.md). The rule's semantics move here unchanged: no rate until the
 window is covered to within RATE_EDGE_S of its start (after a start or a counter
 reset), never one extrapolated from a partial window. Unlike `rate()`, a gap in

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-t0ken"
 PASSWORDS = {"prometheus": "correct horse", "second": "battery staple"}
-DEADLINE_S = 2.0  # what every valid scrape must meet during a flood (issue 29)
+DEADLINE_S = 2.0  # what every valid scrape must meet during a flood (docs/reliability.md)
 
 
 @pytest.fixture(scope="module")
