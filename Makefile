@@ -21,10 +21,14 @@ demo: setup
 	$(PY) -m deploy.demo.cluster --simulate-gpus $(DEMO_ARGS)
 
 # Four workers, one test file each at a time: most of the suite waits on real servers
-# (a rate exists a minute after Prometheus starts), so the waits overlap.
+# (a rate exists a minute after Prometheus starts), so the waits overlap. Then the
+# tests that time a service under a flood (`alone`), with the two cores to
+# themselves: the flood stands for another machine, so its rivals for the CPU
+# must not be three other test files as well.
 test: setup llama-server
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 4 --dist loadfile
+	$(PY) -m pytest -q -n 4 --dist loadfile -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 lint: venv
 	$(PY) -m ruff check .

@@ -29,8 +29,11 @@ from deploy.demo.processes import port_or_free, stop_group
 from tests.reliability.stack import self_signed_certificate
 from tests.support.polling import eventually
 
-# Real processes under floods: with the stack tests, out of `make unit`.
-pytestmark = pytest.mark.integration
+# Real processes under floods: with the stack tests, out of `make unit`. Each test
+# times scrapes against a 2 s deadline while its flood takes what CPU it can, so it
+# runs alone (`make test` runs these after the rest): three other test files
+# competing too would time the box, not the service.
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-t0ken"

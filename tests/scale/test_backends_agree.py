@@ -55,6 +55,7 @@ class Stacks:
     cluster: Cluster
     federation: Federation
     bridges: dict[str, str]  # backend -> its Scheduler bridge
+    evaluators: dict[str, list[str]]  # backend -> what runs its rules (Prometheus, vmalert)
     started: float
 
 
@@ -86,7 +87,9 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stacks]:
                               ("federated", fed.global_url), ("victoria", vm.url))}
         for name, bridge in bridges.items():
             eventually(lambda b=bridge: pools(b), settled, 120, f"{name} bridge settles")
-        yield Stacks(cluster, fed, bridges, started)
+        evaluators = {"single": [cluster.prometheus_url],
+                      "federated": list(fed.region_urls.values()), "victoria": [vm.vmalert_url]}
+        yield Stacks(cluster, fed, bridges, evaluators, started)
 
 
 def running_labels(url: str, workdir: Path) -> dict[str, str]:
@@ -122,6 +125,20 @@ def test_global_prometheus_holds_only_place_labelled_pool_rollups(stacks: Stacks
                "each pool's rollups under its own region and cluster")
     # The global one runs no rules: every rollup it holds came from a region.
     assert glob._get("/api/v1/rules", {})["groups"] == []
+
+
+def rule_states(evaluator: str, names: set[str]) -> list[dict[str, Any]]:
+    """What an evaluator (Prometheus or vmalert, the same API) last did with the rules
+    named: for a failure message, so that a rollup gone absent says whether its rule
+    failed (and why) or returned nothing."""
+    try:
+        with urllib.request.urlopen(f"{evaluator}/api/v1/rules", timeout=10) as r:
+            groups = json.load(r)["data"]["groups"]
+    except OSError as e:
+        return [{"unreadable": str(e)}]
+    return [{k: rule.get(k) for k in ("name", "health", "lastError", "lastSamples",
+                                        "lastEvaluation")}
+            for group in groups for rule in group["rules"] if rule.get("name") in names]
 
 
 def keys(tree: Any, prefix: str = "") -> set[str]:
@@ -160,9 +177,15 @@ def test_every_backend_serves_the_same_summary(stacks: Stacks) -> None:
     # scrape that timed out leaves it unknown (null) for a few evaluations, and with every
     # core busy VictoriaMetrics (3 intervals of staleness) is rarely fresh at the same
     # moment as the two others (seen: 90 s without such a moment).
-    freshness = {name: eventually(lambda b=bridge: pools(b), fresh, 90,
-                                  f"{name}: every pool's resource data fresh")
-                 for name, bridge in stacks.bridges.items()}
+    freshness = {}
+    for name, bridge in stacks.bridges.items():
+        try:
+            freshness[name] = eventually(lambda b=bridge: pools(b), fresh, 90,
+                                         f"{name}: every pool's resource data fresh")
+        except AssertionError as e:
+            rules = {"proxy_pool:resource_freshness_seconds:max", "proxy_pool:instances:count"}
+            states = [rule_states(url, rules) for url in stacks.evaluators[name]]
+            raise AssertionError(f"{e}\n{name}'s rules: {states}") from None
     single = views["single"]
     for name in BACKENDS[1:]:
         other = views[name]

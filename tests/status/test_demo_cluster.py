@@ -49,8 +49,10 @@ def test_status_json_shows_both_demo_pools(tmp_path: Path) -> None:
         doc = eventually(lambda: status_json(cluster.scheduler_bridge_url),
                          lambda d: "failed" not in d
                          and {p["proxy_id"] for p in d["pools"]} == expected
-                         and all(p["alive"] == 2 for p in d["pools"]), 90,
-                         "both pools rolled up, every Instance alive", every=1)
+                         and all(p["alive"] == 2 and p["stale"] is not None
+                                 for p in d["pools"]), 90,
+                         "both pools rolled up, every Instance alive, staleness known",
+                         every=1)
         # Drilled into, on the real series.
         details = {pid: eventually(
             lambda pid=pid: status_json(cluster.scheduler_bridge_url, pid),
