@@ -311,6 +311,9 @@ def _timed_get(url: str) -> tuple[float, bytes]:
     return time.monotonic() - start, body
 
 
+# Times /healthz and /metrics against a probe's and a scrape's timeout while the adapter
+# parses: with the two cores to itself (`make test` runs `alone` tests after the rest).
+@pytest.mark.alone
 def test_a_large_page_is_read_while_healthz_and_metrics_keep_answering() -> None:
     """While the adapter reads a page of 20,000 endpoints, read after read, every
     /healthz answers within a liveness probe's second and every /metrics (one
