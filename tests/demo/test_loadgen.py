@@ -134,8 +134,9 @@ async def test_run_offers_the_seeded_schedule_and_classifies_answers() -> None:
     for url, answered in ((a, a_answered), (b, b_answered)):
         t = report.targets[url]
         scheduled = list(arrival_times(targets[url], loadgen._rng(seed, url), None, duration))
+        # Exactly the seeded schedule; its rate is test_arrivals_are_poisson_at_the_rate's
+        # to check (the seed holds the server's port: a count here drew 56 for 30 once).
         assert t.arrivals == len(scheduled)
-        assert within(t.arrivals, targets[url] * duration)
         assert t.dropped == 0
         assert_adds_up(t)
         assert t.ok == answered["200"]
