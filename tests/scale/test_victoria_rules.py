@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
 from tests.scale.stacks import vm_flags
 from tests.support.polling import eventually
-from tests.support.prometheus import RULE_FILES, binary
+from tests.support.prometheus import binary
+from tests.support.rules import every_rule
 
 pytestmark = pytest.mark.integration
 
@@ -39,21 +39,16 @@ NOW_AGO_S, BEFORE_AGO_S = 1, 60  # the current samples, and the previous label s
 STEP = "300s"  # what vmalert sends by default (-datasource.queryStep)
 
 
-def rules() -> list[dict[str, Any]]:
-    return [rule for path in RULE_FILES
-            for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
-
-
-def series(at_s: float) -> list[dict[str, Any]]:
-    """Import lines for VictoriaMetrics: every raw input the rules read, and every rollup
+def series(rules: list[dict[str, Any]], at_s: float) -> list[dict[str, Any]]:
+    """Import lines for VictoriaMetrics: every raw input `rules` read, and every rollup
     they record, at 1 each; a rollup whose record does not fix its `source` also has
     its previous label set, BEFORE_AGO_S older, as after a change of source."""
     now_ms, before_ms = int((at_s - NOW_AGO_S) * 1000), int((at_s - BEFORE_AGO_S) * 1000)
     lines = []
-    every_expr = " ".join(rule["expr"] for rule in rules())
+    every_expr = " ".join(rule["expr"] for rule in rules)
     for name in sorted(set(re.findall(r"\bpoolscope_[a-z_]+", every_expr))):
         lines.append(({"__name__": name, **RAW_LABELS}, now_ms))
-    for rule in rules():
+    for rule in rules:
         if "record" not in rule:
             continue
         labels = {"__name__": rule["record"], "proxy_id": POOL, **rule.get("labels", {})}
@@ -95,8 +90,8 @@ def victoria(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_no_rule_fails_after_a_rollup_changed_its_source(victoria: str) -> None:
-    at = round(time.time(), 3)
-    lines = series(at)
+    rules, at = every_rule(), round(time.time(), 3)
+    lines = series(rules, at)
     body = "\n".join(json.dumps(line) for line in lines).encode()
     urllib.request.urlopen(urllib.request.Request(f"{victoria}/api/v1/import", body),
                            timeout=10).close()
@@ -110,7 +105,7 @@ def test_no_rule_fails_after_a_rollup_changed_its_source(victoria: str) -> None:
     assert query(victoria, 'proxy_pool:instances:count{source="before"}', at)["data"][
         "result"] == []
     answers = [(rule.get("record") or rule["alert"], query(victoria, rule["expr"], at))
-               for rule in rules()]
+               for rule in rules]
     failed = [(name, a.get("error")) for name, a in answers if a["status"] != "success"]
     assert failed == []
     # ...and the rules that match on them still answer, from the current ones alone.
