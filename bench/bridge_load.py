@@ -62,7 +62,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.rollup_target import rollup_target
-from bench.scheduler_bridge import ROUTE, bridge_process, fleet, wait_for_series
+from bench.scheduler_bridge import ROUTE, bridge_process, wait_for_series, written_by_rules
 from bench.teardown import unwind_on_sigterm
 from tests.support.prometheus import (
     Prometheus,
@@ -302,7 +302,7 @@ async def prometheus_with_rollups(pools: int, workdir: Path,
                                   interval_s: float) -> AsyncIterator[Prometheus]:
     """A Prometheus that has ingested every rollup of `pools` pools, written anew
     every `interval_s` as the rules would."""
-    vector = fleet(pools)
+    vector = written_by_rules(pools)
     async with rollup_target(vector) as target:
         job = scrape_config("rollups", [target], interval=f"{round(interval_s * 1000)}ms")
         # As the recording rules store them: aggregated away from job/instance.

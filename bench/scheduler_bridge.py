@@ -46,7 +46,7 @@ from bench.checkouts import import_root, module_name
 from bench.rollup_target import Series, rollup_target, series
 from bench.teardown import unwind_on_sigterm
 from poolscope.bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
-from poolscope.bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
+from poolscope.bridge.queries import FLEET_EVALUATED_QUERY, FLEET_SERIES, SNAPSHOT_QUERY
 from tests.support.prometheus import (
     REPO,
     free_port,
@@ -60,6 +60,8 @@ WARM_UP = 2  # moves of the rollups not measured
 # The bench asks each bridge once per move, seconds apart: this TTL never hides one.
 PROBE_EVERY_S = "0.1"
 FULL_READS = "poolscope_scheduler_bridge_refreshes_total"
+# Every series written_by_rules serves, as Prometheus stores them.
+WRITTEN = f'{{__name__=~"proxy_pool:.+|{FLEET_SERIES}"}}'
 
 
 def fleet(pools: int) -> list[Series]:
@@ -79,6 +81,12 @@ def fleet(pools: int) -> list[Series]:
             out.append(series(DATA_QUALITY_ROLLUP, pid, "1" if k == 0 else "0", "derived",
                               **{DATA_QUALITY_LABEL: quality}))
     return out
+
+
+def written_by_rules(pools: int) -> list[Series]:
+    """What the rules write for `pools` pools: every rollup, and the fleet series that
+    says when (the Scheduler bridge's probe reads it)."""
+    return [*fleet(pools), series(FLEET_SERIES, None, str(pools), "derived")]
 
 
 @dataclass(frozen=True)
@@ -175,7 +183,7 @@ def variants(evaluation_interval_s: float, baseline: Path | None) -> list[Varian
 
 async def measure(pools: int, requests: int, workdir: Path, evaluation_interval_s: float,
                   poll_interval_s: float, baseline: Path | None) -> Row:
-    vector = fleet(pools)
+    vector = written_by_rules(pools)
     interval = f"{round(evaluation_interval_s * 1000)}ms"
     async with rollup_target(vector) as target:
         job = scrape_config("rollups", [target], interval=interval)
@@ -199,7 +207,7 @@ async def measure(pools: int, requests: int, workdir: Path, evaluation_interval_
 def wait_for_series(prom: object, expected: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if len(prom.query(SNAPSHOT_QUERY)) >= expected:  # type: ignore[attr-defined]
+        if len(prom.query(WRITTEN)) >= expected:  # type: ignore[attr-defined]
             return
         time.sleep(0.5)
     raise TimeoutError(f"Prometheus did not ingest {expected} series")
@@ -213,7 +221,7 @@ def _cpu_s(process: psutil.Process) -> float:
 async def _written_at(session: aiohttp.ClientSession, prom_url: str) -> str:
     """The rollups' timestamp, as Prometheus writes it (compared, never parsed)."""
     async with session.get(f"{prom_url}/api/v1/query",
-                           params={"query": EVALUATED_QUERY}) as resp:
+                           params={"query": FLEET_EVALUATED_QUERY}) as resp:
         result = (await resp.json())["data"]["result"]
     return result[0]["value"][1] if result else ""
 

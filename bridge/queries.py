@@ -11,7 +11,11 @@ so every pool seen in any proxy_pool: series is still found.
 One more query asks when the rules last wrote a rollup: an answer at time T can hold
 samples written long before T (Prometheus restarted on old data, the rules stopped, a
 cache replaying an answer), and only their own timestamps tell. Asked alone, it is
-the cache's probe: whether a full read would find anything the last one did not.
+the cache's probe: whether a full read would find anything the last one did not. Over
+every pool it reads the one series the rules write after all the rollups
+(`fleet:proxy_pools:count`): at 10,000 pools a probe of every pool's data_quality takes
+Prometheus over 100 ms, during which each request due for a probe waits
+(docs/benchmarks.md). Rules from before that series have only data_quality to ask.
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ SNAPSHOT_QUERY = '{__name__=~"proxy_pool:.+"}'
 # Every pool has a data_quality series, written last in the rules' one group: its
 # timestamp is that of every rollup of the evaluation.
 EVALUATED_QUERY = f'max(timestamp({{__name__="{DATA_QUALITY_ROLLUP}"}}))'
+# Written by the same evaluation after every rollup (rules/src/proxy_pool.yml): one sample.
+FLEET_SERIES = "fleet:proxy_pools:count"
+FLEET_EVALUATED_QUERY = f"max(timestamp({FLEET_SERIES}))"
+# The probes of every pool, first to last: a rule set without the fleet series falls back.
+EVERY_POOL_EVALUATED = (FLEET_EVALUATED_QUERY, EVALUATED_QUERY)
 
 _NAMES = sorted(n.removeprefix(ROLLUP_PREFIX) for n in rollup_names())
 # Names go into a regex unescaped; fields.py only uses characters that need no escaping.
@@ -51,15 +60,18 @@ def snapshot_queries(shards: int = 1) -> tuple[str, ...]:
             f'{{__name__=~"{ROLLUP_PREFIX}.+",__name__!~"{ROLLUP_PREFIX}({"|".join(named)})"}}')
 
 
-async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> PoolSnapshot:
+async def read_snapshot(query: InstantQuery, at: float, shards: int = 1,
+                        evaluated: Sequence[str] = (EVALUATED_QUERY,)) -> PoolSnapshot:
     """Every shard at the same evaluation time: the snapshot is consistent by construction.
 
     A shard that fails leaves its fields null (so data_quality is at most partial) and
     is counted in `failed_queries`; when every shard fails the first error is raised.
     When the rollups' age cannot be read, the snapshot's age is unknown (served stale).
+    `evaluated`: how to ask for it (rollups_written_at).
     """
-    evaluated, *results = await asyncio.gather(
-        rollups_written_at(query, at), *(query(q, at) for q in snapshot_queries(shards)),
+    written, *results = await asyncio.gather(
+        rollups_written_at(query, at, evaluated),
+        *(query(q, at) for q in snapshot_queries(shards)),
         return_exceptions=True)
     answers: list[Sequence[Sample]] = []
     failures: list[Exception] = []
@@ -75,19 +87,24 @@ async def read_snapshot(query: InstantQuery, at: float, shards: int = 1) -> Pool
         raise failures[0]
     snapshot = build_snapshot(_joined(answers), at)
     snapshot.failed_queries = len(failures)
-    if isinstance(evaluated, Exception):  # the age stays unknown
-        log.warning("rollup timestamps unreadable at %s: %s", at, evaluated)
-    elif isinstance(evaluated, BaseException):
-        raise evaluated
+    if isinstance(written, Exception):  # the age stays unknown
+        log.warning("rollup timestamps unreadable at %s: %s", at, written)
+    elif isinstance(written, BaseException):
+        raise written
     else:
-        snapshot.rollups_at = evaluated
+        snapshot.rollups_at = written
     return snapshot
 
 
-async def rollups_written_at(query: InstantQuery, at: float) -> float | None:
+async def rollups_written_at(query: InstantQuery, at: float,
+                             evaluated: Sequence[str] = (EVALUATED_QUERY,)) -> float | None:
     """When the rules last wrote the rollups read at `at`: `at` itself when there are
-    none (nothing older is served), None when their timestamps hold no number."""
-    answer = await query(EVALUATED_QUERY, at)
+    none (nothing older is served), None when their timestamps hold no number. Each of
+    `evaluated` is asked in turn until one selects a series."""
+    for promql in evaluated:
+        answer = await query(promql, at)
+        if answer:
+            break
     stamps = [value for _, value in answer if value is not None]
     return min(max(stamps), at) if stamps else (None if answer else at)
 

@@ -17,7 +17,7 @@ from poolscope.bridge.cache import Source
 from poolscope.bridge.http_cache import answer, rendered
 from poolscope.bridge.metrics import BridgeMetrics
 from poolscope.bridge.promapi import PrometheusAPI
-from poolscope.bridge.queries import read_snapshot, rollups_written_at
+from poolscope.bridge.queries import EVERY_POOL_EVALUATED, read_snapshot, rollups_written_at
 from poolscope.bridge.sources import describe_sources
 from poolscope.bridge.summary import SCHEMA_VERSION, encode_json
 from poolscope.scheduler_bridge.status.page import add_status_routes
@@ -33,8 +33,9 @@ def create_app(settings: Settings, *, registry: CollectorRegistry | None = None,
     registry = registry if registry is not None else CollectorRegistry()
 
     def every_pool(app: web.Application, api: PrometheusAPI) -> Source:
-        return Source(partial(read_snapshot, api.samples, shards=settings.query_shards),
-                      partial(rollups_written_at, api.samples))
+        return Source(partial(read_snapshot, api.samples, shards=settings.query_shards,
+                              evaluated=EVERY_POOL_EVALUATED),
+                      partial(rollups_written_at, api.samples, evaluated=EVERY_POOL_EVALUATED))
 
     app = bridge_app(settings, BridgeMetrics(registry, namespace=NAMESPACE), registry,
                      every_pool, clock=clock)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from poolscope.bridge.app import Settings
-from poolscope.bridge.queries import EVALUATED_QUERY, snapshot_queries
+from poolscope.bridge.queries import FLEET_EVALUATED_QUERY, snapshot_queries
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.service.identity import valid_id
 from tests.reliability.stack import ThreadedLoop
@@ -75,7 +75,7 @@ def bridge() -> Iterator[Bridge]:
     assert server.port is not None
     bridge = Bridge("127.0.0.1", server.port, canned)
     assert bridge.get("/debug/proxy_pool_resources")[0] == 200
-    assert bridge.sent_promql() == {EVALUATED_QUERY, *snapshot_queries(1)}  # the one refresh
+    assert bridge.sent_promql() == {FLEET_EVALUATED_QUERY, *snapshot_queries(1)}  # the one refresh
     yield bridge
     loop.run(server.close())
     loop.run(canned.close())
@@ -87,7 +87,7 @@ def quote(text: str) -> str:
 
 
 def assert_never_in_promql(bridge: Bridge, text: str) -> None:
-    fixed = {EVALUATED_QUERY, *snapshot_queries(1)}
+    fixed = {FLEET_EVALUATED_QUERY, *snapshot_queries(1)}
     assert bridge.sent_promql() == fixed, bridge.sent_promql()
     if text and not any(text in q for q in fixed):
         assert all(text not in q for q in bridge.sent_promql())

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from poolscope.bridge.fields import FIELDS, Kind, rollup_names
+from poolscope.bridge.queries import FLEET_SERIES
 from tests.support.prometheus import REPO, binary
 
 RULES_DIR = REPO / "rules"
@@ -24,7 +25,7 @@ RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.yml"))
 # Record-name levels a group may use beyond the pool level; every group records
 # pool rollups only (rules/proxy_pool.yml: no per-Instance records).
-LEVELS: dict[str, tuple[str, ...]] = {}
+LEVELS: dict[str, tuple[str, ...]] = {"poolscope.proxy_pool": ("proxy_pool", "fleet")}
 POOL_LEVEL = "proxy_pool"
 RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$|^proxy_pool:[a-z_]+$")
 # A rollup whose source depends on which input answered carries it dynamically:
@@ -186,3 +187,14 @@ def test_every_rule_says_why_it_exists(rule_file: Path) -> None:
             assert previous_line.startswith("#") or record == previous_record, record
             previous_record = record
         previous_line = stripped
+
+
+def test_the_fleet_series_is_written_after_every_rollup() -> None:
+    """The Scheduler bridge's probe (bridge/queries.py) takes its timestamp for that of
+    every rollup: it must be the last rule of their group, and read data_quality, so a
+    Prometheus that evaluates independent rules at once still writes it last."""
+    [group] = [g for g in _groups()
+               if any(r.get("record") == "proxy_pool:data_quality" for r in g["rules"])]
+    last = group["rules"][-1]
+    assert last["record"] == FLEET_SERIES
+    assert "proxy_pool:data_quality" in last["expr"]

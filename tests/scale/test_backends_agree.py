@@ -19,6 +19,7 @@ import yaml
 
 from deploy.demo.cluster import Cluster
 from deploy.demo.processes import stop_group
+from poolscope.bridge.queries import FLEET_SERIES
 from tests.scale.stacks import (
     FEDERATION,
     LOOKBACK_INTERVALS,
@@ -104,7 +105,7 @@ def test_global_prometheus_holds_only_place_labelled_pool_rollups(stacks: Stacks
     # Everything the federation job stored, less what Prometheus records about the scrape.
     names = {s["metric"]["__name__"] for s in glob.query(
         '{job="poolscope-federate",__name__!~"up|scrape_.+"}')}
-    assert names and all(n.startswith("proxy_pool:") for n in names), names
+    assert names and all(n.startswith("proxy_pool:") or n == FLEET_SERIES for n in names), names
     # Each region runs with every label the deployed region file sets, region and
     # cluster its own: the dashboards' Region and Cluster variables filter on them.
     deployed = set(external_labels_of(yaml.safe_load(
@@ -123,6 +124,9 @@ def test_global_prometheus_holds_only_place_labelled_pool_rollups(stacks: Stacks
                lambda r: r == {(pool, region, places[region]["cluster"])
                                for pool, region in home.items()}, 15,
                "each pool's rollups under its own region and cluster")
+    # ... and each region's series that says when its rules ran (the bridge's probe).
+    eventually(lambda: {s["metric"]["region"] for s in glob.query(FLEET_SERIES)},
+               lambda r: r == set(places), 15, "each region's fleet series")
     # The global one runs no rules: every rollup it holds came from a region.
     assert glob._get("/api/v1/rules", {})["groups"] == []
 

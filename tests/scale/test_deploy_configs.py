@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from poolscope.bridge.queries import FLEET_SERIES
 from tests.dashboards.panels import DASHBOARD_FILES, variable_queries
 from tests.dashboards.panels import load as load_dashboard
 from tests.scale.stacks import FEDERATION, VICTORIA, rehost, vm_flags
@@ -77,11 +78,14 @@ def test_global_targets_name_each_region_by_its_external_labels() -> None:
 
 
 def test_global_federates_only_pool_rollups_and_runs_no_rules() -> None:
+    """The rollups, and the series that says when they were written (the Scheduler
+    bridge's probe reads it: bridge/queries.py)."""
     config = load(FEDERATION / "global-prometheus.yml")
     assert "rule_files" not in config
     (job,) = config["scrape_configs"]
     assert job["metrics_path"] == "/federate"
-    assert job["params"] == {"match[]": ['{__name__=~"proxy_pool:.+"}']}
+    assert job["params"] == {"match[]": [
+        '{__name__=~"proxy_pool:.+"}', f'{{__name__="{FLEET_SERIES}"}}']}
     assert job["honor_labels"] is True
 
 

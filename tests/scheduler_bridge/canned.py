@@ -8,7 +8,9 @@ records its queries apart, in `range_queries`.
 Its clock is the time it is asked about (its `Date` header says so) moved by `skew_s`,
 and its rules wrote every rollup `rollups_age_s` before that time, or, where a test
 plays the rules' evaluations by hand, at `rollups_written_at`: the bridge's question
-for the rollups' timestamps is answered from those."""
+for the rollups' timestamps is answered from those, asked of data_quality or of the
+fleet series the rules write after it (none when `fleet_series` is off: rules from
+before it)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from aiohttp.test_utils import TestServer
 
 from bench.rollup_target import Series, series
 from poolscope.bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
-from poolscope.bridge.queries import EVALUATED_QUERY
+from poolscope.bridge.queries import EVALUATED_QUERY, FLEET_EVALUATED_QUERY
 
 __all__ = ["CannedPrometheus", "RangeQuery", "RangeSeries", "Series", "pool_series", "series"]
 
@@ -85,6 +87,7 @@ class CannedPrometheus:
     skew_s: float = 0.0  # how far this Prometheus' clock is ahead of the time asked
     rollups_age_s: float = 0.0  # how long before the time asked the rules last ran
     rollups_written_at: float | None = None  # ... or when they last ran, as a timestamp
+    fleet_series: bool = True  # the rules write fleet:proxy_pools:count beside the rollups
     matrix: list[RangeSeries] = field(default_factory=list)  # what range queries select from
     range_queries: list[RangeQuery] = field(default_factory=list)
     # Dates every answer, as a real Prometheus' clock; None: the time asked (a range's end).
@@ -94,7 +97,8 @@ class CannedPrometheus:
     @property
     def rollup_queries(self) -> list[tuple[str, str]]:
         """The queries for rollups, without the one for their timestamps."""
-        return [(q, at) for q, at in self.queries if q != EVALUATED_QUERY]
+        return [(q, at) for q, at in self.queries
+                if q not in (EVALUATED_QUERY, FLEET_EVALUATED_QUERY)]
 
     @property
     def url(self) -> str:
@@ -125,6 +129,8 @@ class CannedPrometheus:
         result: list[dict[str, Any]] = [
             {"metric": metric, "value": [float(at), value]} for metric, value in self.vector
             if _selects(promql, metric)]
+        if promql == FLEET_EVALUATED_QUERY and not self.fleet_series:
+            result = []
         if promql.startswith("max(timestamp("):
             written = (float(at) - self.rollups_age_s if self.rollups_written_at is None
                        else self.rollups_written_at)

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from poolscope.bridge.app import CACHE
 from poolscope.bridge.cache import RETIRE_AFTER_S
 from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
-from poolscope.bridge.queries import EVALUATED_QUERY, SNAPSHOT_QUERY
+from poolscope.bridge.queries import EVALUATED_QUERY, FLEET_EVALUATED_QUERY, SNAPSHOT_QUERY
 from poolscope.bridge.schema import pool_summary_schema
 from poolscope.service.auth import Access
 from poolscope.service.web import Exposure
@@ -34,7 +34,7 @@ def assert_only_rollups(prom: CannedPrometheus) -> None:
     for promql, _ in prom.rollup_queries:
         assert ONLY_ROLLUPS.fullmatch(promql), promql
     # ... and with each refresh, once, when the rules wrote them.
-    assert [at for q, at in prom.queries if q == EVALUATED_QUERY] == sorted(
+    assert [at for q, at in prom.queries if q == FLEET_EVALUATED_QUERY] == sorted(
         {at for _, at in prom.rollup_queries})
 
 
@@ -76,6 +76,25 @@ async def test_each_refresh_is_one_query_at_its_own_time(canned: CannedPrometheu
         f"{clock.now - 0.5 * k:.3f}" for k in (3, 2, 1, 0)]
     assert seen[:3] == [float(at) for _, at in canned.rollup_queries[:3]]
     assert_only_rollups(canned)
+
+
+async def test_the_probe_reads_the_fleet_series_else_every_pools_data_quality(
+        canned: CannedPrometheus, make_bridge: MakeBridge, clock: FakeClock) -> None:
+    """One sample tells when the rules last ran; rules from before that series have
+    only data_quality to ask, and the snapshot's age is right either way."""
+    canned.vector = pool_series("a")
+    canned.rollups_age_s = 2.0
+    bridge = await make_bridge(canned.url)
+    assert (await aged(bridge, POOLS))[1] == pytest.approx(2.0)
+    assert [q for q, _ in canned.queries if q not in dict(canned.rollup_queries)] == [
+        FLEET_EVALUATED_QUERY]
+
+    canned.queries.clear()
+    canned.fleet_series = False
+    older = await make_bridge(canned.url)
+    assert (await aged(older, POOLS))[1] == pytest.approx(2.0)
+    assert [q for q, _ in canned.queries if q not in dict(canned.rollup_queries)] == [
+        FLEET_EVALUATED_QUERY, EVALUATED_QUERY]
 
 
 async def test_nan_is_null_and_zero_is_zero_end_to_end(canned: CannedPrometheus,
