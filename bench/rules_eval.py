@@ -20,8 +20,8 @@ allocate per interval, the same difference of its own go_memstats_alloc_bytes_to
 a rule's cost is mostly the garbage its evaluation leaves (each read of a
 per-Instance series, each filter or join over it, copies every member's sample),
 which the garbage collector then pays for on another core, and unlike CPU time it
-does not move with the box's load: two rule sets compare in one run to within a
-percent, where their CPU moves by tens.
+moves little with the box's load: a rule set's figure held within 1-7% across runs
+of one day where its CPU moved by up to 40% (docs/benchmarks.md).
 
 The target: at 16,000 Instances every group together stays under 10%
 of the 5 s interval, and the cost grows linearly with the fleet.
