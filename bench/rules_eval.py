@@ -244,8 +244,11 @@ def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: 
             box = psutil.cpu_times()
             busy = sum(box) - sum(box_start) - (box.idle - box_start.idle)
             fleet_usage.end()
-            for prom, result, u in zip(proms, results, usages, strict=True):
+            # Every window closes before any reload: a set ended after another's reload
+            # would be charged for the extra seconds (the set named last came out dearest).
+            for u in usages:
                 u.end()
+            for prom, result, u in zip(proms, results, usages, strict=True):
                 result.window_s = window_s
                 result.box_busy = busy / (sum(box) - sum(box_start))
                 result.cpu_cores = {"prometheus": u.cpu_s / window_s,

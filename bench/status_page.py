@@ -32,7 +32,7 @@ import aiohttp
 
 from bench.scheduler_bridge import fleet
 from poolscope.bridge.promapi import PrometheusAPI
-from poolscope.bridge.queries import read_snapshot
+from poolscope.bridge.queries import EVERY_POOL_EVALUATED, read_snapshot
 from poolscope.bridge.trends import (
     LOAD_RATIO_ROLLUP,
     SATURATION_ROLLUP,
@@ -79,7 +79,7 @@ async def measure(pools: int, rounds: int) -> list[tuple[str, float, int | None]
         async with aiohttp.ClientSession(headers={"Accept-Encoding": "identity"}) as session:
             api = PrometheusAPI((prom.url,), session, timeout_s=30.0)
             at = time.time()
-            snap = await read_snapshot(api.samples, at)
+            snap = await read_snapshot(api.samples, at, evaluated=EVERY_POOL_EVALUATED)
             trends = await read_trends(api, at)
             assert len(trends.pools) == pools, len(trends.pools)
             view = BridgeSnapshot(snap.generated_at, False, 0.0,
@@ -90,7 +90,8 @@ async def measure(pools: int, rounds: int) -> list[tuple[str, float, int | None]
                 "snapshot", "trends", "page", "page+trends, first in a step",
                 "page+trends, again in the step")}
             for _ in range(rounds):
-                times["snapshot"].append(await timed(lambda: read_snapshot(api.samples, at)))
+                times["snapshot"].append(await timed(lambda: read_snapshot(
+                    api.samples, at, evaluated=EVERY_POOL_EVALUATED)))
                 times["trends"].append(await timed(lambda: read_trends(api, at)))
                 times["page"].append(drawn(lambda: render_body(build_view(view), "", at)))
                 trend_svg.cache_clear()

@@ -1,4 +1,4 @@
-"""The PromQL the bridges send: only `proxy_pool:` selectors, a fixed number of them.
+"""The PromQL the bridges send: `proxy_pool:` selectors, and when the rules wrote them.
 
 One selector, `{__name__=~"proxy_pool:.+"}`, reads every field of every pool. It can
 be split by rollup name into a few shards evaluated at the same time T: the snapshot
@@ -15,7 +15,9 @@ the cache's probe: whether a full read would find anything the last one did not.
 every pool it reads the one series the rules write after all the rollups
 (`fleet:proxy_pools:count`): at 10,000 pools a probe of every pool's data_quality takes
 Prometheus over 100 ms, during which each request due for a probe waits
-(docs/benchmarks.md). Rules from before that series have only data_quality to ask.
+(docs/benchmarks.md). Where that series is absent (rules from before it, their
+data_quality rules failing, an evaluator that writes asynchronously), a second query
+asks every pool's data_quality.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from poolscope.bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector,
 log = logging.getLogger(__name__)
 
 SNAPSHOT_QUERY = '{__name__=~"proxy_pool:.+"}'
-# Every pool has a data_quality series, written last in the rules' one group: its
-# timestamp is that of every rollup of the evaluation.
+# Every pool has a data_quality series, written after its other rollups in the rules'
+# one group: its timestamp is that of every rollup of the evaluation.
 EVALUATED_QUERY = f'max(timestamp({{__name__="{DATA_QUALITY_ROLLUP}"}}))'
 # Written by the same evaluation after every rollup (rules/src/proxy_pool.yml): one sample.
 FLEET_SERIES = "fleet:proxy_pools:count"

@@ -23,11 +23,13 @@ from tests.support.prometheus import REPO, binary
 RULES_DIR = REPO / "rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 TEST_FILES = sorted((RULES_DIR / "tests").glob("*.yml"))
-# Record-name levels a group may use beyond the pool level; every group records
-# pool rollups only (rules/proxy_pool.yml: no per-Instance records).
+# Record-name levels a group may use beyond the pool level; the pool rollups' group also
+# records one fleet series (when its evaluation is in); no group records per Instance.
 LEVELS: dict[str, tuple[str, ...]] = {"poolscope.proxy_pool": ("proxy_pool", "fleet")}
 POOL_LEVEL = "proxy_pool"
 RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$|^proxy_pool:[a-z_]+$")
+# A recorded series' name as a rule reads it.
+RECORDED = re.compile(r"\b[a-z_]+:[a-z0-9_]+(?::[a-z0-9_]+)?\b")
 # A rollup whose source depends on which input answered carries it dynamically:
 # it aggregates `by (..., source)`, or sets it with label_replace(v, "source", ...)
 # (the destination: the label name followed by the replacement and a source label).
@@ -191,10 +193,19 @@ def test_every_rule_says_why_it_exists(rule_file: Path) -> None:
 
 def test_the_fleet_series_is_written_after_every_rollup() -> None:
     """The Scheduler bridge's probe (bridge/queries.py) takes its timestamp for that of
-    every rollup: it must be the last rule of their group, and read data_quality, so a
-    Prometheus that evaluates independent rules at once still writes it last."""
+    every rollup: it must be the last rule of their group, and read every other rollup of
+    it, through data_quality or directly, so a Prometheus that evaluates independent
+    rules at once still writes it last."""
     [group] = [g for g in _groups()
                if any(r.get("record") == "proxy_pool:data_quality" for r in g["rules"])]
-    last = group["rules"][-1]
-    assert last["record"] == FLEET_SERIES
-    assert "proxy_pool:data_quality" in last["expr"]
+    records = [r for r in group["rules"] if "record" in r]
+    assert records[-1]["record"] == FLEET_SERIES
+    reads = {r["record"]: set() for r in records}
+    for r in records:
+        reads[r["record"]] |= set(RECORDED.findall(r["expr"])) & set(reads)
+    found, todo = set(), [FLEET_SERIES]
+    while todo:
+        for name in reads[todo.pop()] - found:
+            found.add(name)
+            todo.append(name)
+    assert found == set(reads) - {FLEET_SERIES}, sorted(set(reads) - found)

@@ -80,21 +80,23 @@ async def test_each_refresh_is_one_query_at_its_own_time(canned: CannedPrometheu
 
 async def test_the_probe_reads_the_fleet_series_else_every_pools_data_quality(
         canned: CannedPrometheus, make_bridge: MakeBridge, clock: FakeClock) -> None:
-    """One sample tells when the rules last ran; rules from before that series have
-    only data_quality to ask, and the snapshot's age is right either way."""
+    """One sample tells when the rules last ran, in a full read and in a probe; rules
+    from before that series have only data_quality to ask, and the snapshot's age is
+    right either way."""
     canned.vector = pool_series("a")
     canned.rollups_age_s = 2.0
-    bridge = await make_bridge(canned.url)
-    assert (await aged(bridge, POOLS))[1] == pytest.approx(2.0)
-    assert [q for q, _ in canned.queries if q not in dict(canned.rollup_queries)] == [
-        FLEET_EVALUATED_QUERY]
-
-    canned.queries.clear()
-    canned.fleet_series = False
-    older = await make_bridge(canned.url)
-    assert (await aged(older, POOLS))[1] == pytest.approx(2.0)
-    assert [q for q, _ in canned.queries if q not in dict(canned.rollup_queries)] == [
-        FLEET_EVALUATED_QUERY, EVALUATED_QUERY]
+    for fleet_series, asked in ((True, [FLEET_EVALUATED_QUERY]),
+                                (False, [FLEET_EVALUATED_QUERY, EVALUATED_QUERY])):
+        canned.fleet_series = fleet_series
+        canned.queries.clear()
+        bridge = await make_bridge(canned.url)
+        assert (await aged(bridge, POOLS))[1] == pytest.approx(2.0)
+        clock.now += 10  # the rules are due: a probe, which finds them moved, then a read
+        assert (await aged(bridge, POOLS))[1] == pytest.approx(2.0)
+        probes = [q for q, _ in canned.queries
+                  if q in (FLEET_EVALUATED_QUERY, EVALUATED_QUERY)]
+        assert probes == asked * 3, fleet_series
+        assert len(canned.rollup_queries) == 2
 
 
 async def test_nan_is_null_and_zero_is_zero_end_to_end(canned: CannedPrometheus,
