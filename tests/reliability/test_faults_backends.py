@@ -52,11 +52,17 @@ class Restartable:
         self.process.wait(timeout=30)
 
     def start_again(self) -> None:
+        """Back, and its rules run again: until they do, it serves the rollups written
+        before the stop, which age past --stale-after within seconds (a bridge then
+        answers 503, rightly, and the next test would take that for its own fault)."""
         if self.process.poll() is None:
             return
+        restarted_at = time.time()
         self.process = restart_process(self.process, self.prom.workdir / "prometheus.log")
         self.spares.append(self.process)
         wait_ready(f"{self.prom.url}/-/ready")
+        self.prom.wait_for(f"max(timestamp(proxy_pool:data_quality)) > {restarted_at:.3f}",
+                           timeout=BOUND_S)
 
 
 @dataclass
