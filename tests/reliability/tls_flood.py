@@ -6,8 +6,11 @@ record and never finish the handshake. `password`: TLS clients sending basic-aut
 requests with a new wrong password each time. Every socket reconnects as soon as
 the server lets it go, so the flood stays as large as asked. It prints `flooding`
 once every socket has connected or been refused at least once (or 20 s have
-passed), and on SIGTERM one JSON line: connections made, attempts, and answers
-by status (0: none, the connection closed or refused first).
+passed) and, in `password` mode, the server has checked one of its wrong passwords
+(a 401: the flood has its bcrypt thread, which is what a test under it needs), or
+`not flooding` and its counters when no 401 came within 60 s. On SIGTERM it prints
+one JSON line: connections made, attempts, and answers by status (0: none, the
+connection closed or refused first).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ async def _flood(mode: str, host: str, port: int, source: str, sockets: int) -> 
     seen: collections.Counter[str] = collections.Counter()
     started: set[int] = set()
     ready = asyncio.Event()
+    checked = asyncio.Event()
 
     async def hold(i: int) -> None:
         def connected() -> None:
@@ -75,6 +79,8 @@ async def _flood(mode: str, host: str, port: int, source: str, sockets: int) -> 
                 status = 0
             seen["attempts"] += 1
             seen[str(status)] += 1
+            if status == 401:
+                checked.set()
             tried(i)
 
     def tried(i: int) -> None:
@@ -88,7 +94,12 @@ async def _flood(mode: str, host: str, port: int, source: str, sockets: int) -> 
     # Some may wait in the server's listen queue: flooding all the same.
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(ready.wait(), 20)
-    print("flooding", flush=True)
+    try:
+        if mode == "password":
+            await asyncio.wait_for(checked.wait(), 60)
+        print("flooding", flush=True)
+    except TimeoutError:
+        print(f"not flooding: {json.dumps(dict(seen))}", flush=True)
     await stop.wait()
     for task in tasks:
         task.cancel()
