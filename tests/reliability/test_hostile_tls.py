@@ -93,7 +93,7 @@ def flood(mode: str, port: int, sockets: int) -> Iterator[dict[str, int]]:
     try:
         assert proc.stdout is not None
         said = proc.stdout.readline().strip()
-        assert said == "flooding", said  # within 60 s, or `not flooding` and why
+        assert said == "flooding", said  # else `not flooding` and its counters
         yield seen
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
@@ -217,7 +217,6 @@ def test_a_wrong_password_flood_does_not_lock_out_valid_scrapers(
                        for _ in range(ROUNDS) for user, source in scrapers]
     assert [s for _, s, _ in scrapes] == [200] * len(scrapes), scrapes
     assert max(t for _, _, t in scrapes) < DEADLINE_S, scrapes
-    # The scrapes began once the server had checked a wrong password (401: the flood
-    # had the bcrypt thread), and the flood came back as it was refused (429,
-    # unchecked) or closed at the cap.
-    assert seen["attempts"] > PASSWORD_FLOOD, seen
+    # The flood was answered all along: wrong passwords checked (401, one before the
+    # scrapes began), the rest refused unchecked (429) or closed at the cap.
+    assert seen.get("401", 0) > 0 and seen["attempts"] > PASSWORD_FLOOD, seen
