@@ -15,6 +15,7 @@ from bench.teardown import unwind_on_sigterm
 BENCHMARKS = (
     ("bench.instance_exporter",),
     ("bench.rules_eval", "--instances", "1000,4000,16000"),
+    ("bench.rule_alloc", "--rules", "bench/floor_rules", "--rules", "rules/proxy_pool.yml"),
     ("bench.scheduler_bridge", "--pools", "10,100,1000"),
     ("bench.bridge_load", "--clients", "200", "--duration", "30"),
     ("bench.exporter_scrape_load",),

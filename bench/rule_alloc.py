@@ -1,0 +1,196 @@
+"""What each recording rule makes Prometheus allocate, rule by rule, on a quiet server.
+
+bench.rules_eval times whole rule sets while Prometheus scrapes, so it names the
+slow rules but not where a set's garbage comes from, and the garbage is most of
+what the rules cost (each read of a per-Instance series, each filter or join over
+it, copies every member's sample; the collector pays for it on another core).
+Here each rule set gets its own Prometheus over one simulated fleet
+(bench.fleet_target) until its rules have run on the full fleet; then the fleet
+stops, every Prometheus is reloaded with no scrape jobs and no rules, and each
+rule's expression is asked `--repeat` times at one instant before the stop. The
+difference of Prometheus' own `go_memstats_alloc_bytes_total` around those
+queries, less that of as many `vector(0)` queries (the API's own share), is the
+rule's allocation per evaluation; `evalTotalTime` is its evaluation time. With
+nothing else running in the server, the figures repeat within a few percent
+(docs/benchmarks.md).
+
+    python -m bench.rule_alloc --instances 4000 \
+        --rules bench/floor_rules --rules rules/proxy_pool.yml
+
+Rows line up by field (the part of a record name after its level), so a floor
+rule sits beside the rule it is the floor of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench.rules_eval import INTERVAL_S, _fleet, _get, _own_metric, _row, _scrape_config, _set_name
+from bench.teardown import unwind_on_sigterm
+from tests.support.prometheus import (
+    REPO,
+    Prometheus,
+    free_port,
+    running_prometheus,
+    stop_group,
+    wait_http,
+)
+
+ALLOCATED = "go_memstats_alloc_bytes_total"
+BASELINE = "vector(0)"
+
+
+@dataclass
+class Cost:
+    bytes: float  # per evaluation
+    seconds: float  # evalTotalTime, per evaluation
+
+
+@dataclass
+class SetCosts:
+    name: str
+    rules: dict[str, Cost] = field(default_factory=dict)  # row key -> cost
+
+    @property
+    def total(self) -> Cost:
+        return Cost(sum(c.bytes for c in self.rules.values()),
+                    sum(c.seconds for c in self.rules.values()))
+
+
+def rule_exprs(files: Sequence[Path]) -> dict[str, str]:
+    """Each rule's expression by row key: the field (record name past its level), with
+    `#n` for the n-th rule of a state set."""
+    exprs: dict[str, str] = {}
+    for path in files:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if "record" not in rule:
+                    continue
+                key = rule["record"].split(":", 1)[-1]
+                n = sum(1 for k in exprs if k == key or k.startswith(f"{key}#"))
+                exprs[key if n == 0 else f"{key}#{n + 1}"] = rule["expr"]
+    return exprs
+
+
+def _query(prom: Prometheus, expr: str, at: float) -> float:
+    """evalTotalTime of one instant query."""
+    params = urllib.parse.urlencode({"query": expr, "time": repr(at), "stats": "all"})
+    with urllib.request.urlopen(f"{prom.url}/api/v1/query?{params}", timeout=300) as r:
+        return float(json.load(r)["data"]["stats"]["timings"]["evalTotalTime"])
+
+
+def _measure(prom: Prometheus, expr: str, at: float, repeat: int) -> Cost:
+    _query(prom, expr, at)  # the first query of an expression warms its series' caches
+    before = _own_metric(prom.url, ALLOCATED)
+    seconds = sum(_query(prom, expr, at) for _ in range(repeat))
+    return Cost((_own_metric(prom.url, ALLOCATED) - before) / repeat, seconds / repeat)
+
+
+def _quiet(prom: Prometheus) -> None:
+    """Reload with no scrape jobs and no rules: nothing allocates but the queries."""
+    path = prom.workdir / "prometheus.yml"
+    config = yaml.safe_load(path.read_text())
+    config["rule_files"] = []
+    config["scrape_configs"] = []
+    path.write_text(yaml.safe_dump(config))
+    urllib.request.urlopen(urllib.request.Request(f"{prom.url}/-/reload", method="POST"),
+                           timeout=60).close()
+    deadline = time.monotonic() + 60
+    while _get(f"{prom.url}/api/v1/rules")["data"]["groups"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError("Prometheus kept its rules after a reload")
+        time.sleep(0.5)
+
+
+def measure(instances: int, proxies: int, gpus: int, repeat: int, workdir: Path,
+            rule_sets: Sequence[tuple[str, Sequence[Path]]]) -> list[SetCosts]:
+    port = free_port()
+    fleet = _fleet(instances, proxies, gpus, port)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/targets", timeout=600)
+        info = _get(f"http://127.0.0.1:{port}/targets")
+        with contextlib.ExitStack() as stack:
+            proms = [stack.enter_context(running_prometheus(
+                workdir / str(i), [_scrape_config(port, info["paths"])], rule_files=files,
+                evaluation_interval=f"{INTERVAL_S:g}s")) for i, (_, files) in enumerate(rule_sets)]
+            for prom in proms:
+                prom.wait_for(f'count(up == 1) == {len(info["paths"])}', timeout=600)
+                prom.wait_for("rate(poolscope_proxy_requests_total[1m])", timeout=600)
+            time.sleep(3 * INTERVAL_S)  # every rule has run over the full fleet
+            at = time.time() - 1
+            stop_group(fleet)
+            for prom in proms:
+                _quiet(prom)
+            results = []
+            for prom, (name, files) in zip(proms, rule_sets, strict=True):
+                base = _measure(prom, BASELINE, at, repeat)
+                costs = SetCosts(name)
+                for key, expr in rule_exprs(files).items():
+                    cost = _measure(prom, expr, at, repeat)
+                    costs.rules[key] = Cost(cost.bytes - base.bytes, cost.seconds)
+                results.append(costs)
+            return results
+    finally:
+        stop_group(fleet)
+
+
+def table(instances: int, results: Sequence[SetCosts]) -> str:
+    keys = list(dict.fromkeys(k for r in results for k in r.rules))
+    head = [f"rule at {instances:,} Instances"]
+    for r in results:
+        head += [f"{r.name}: MB", "ms"]
+    rows = [_row(head), "|" + "---|" * len(head)]
+    for key in keys:
+        cells = [f"`{key}`"]
+        for r in results:
+            c = r.rules.get(key)
+            cells += [f"{c.bytes / 1e6:.2f}", f"{c.seconds * 1000:.1f}"] if c else ["-", "-"]
+        rows.append(_row(cells))
+    first = results[0].total
+    totals = [r.total for r in results]
+    rows.append(_row(["**all rules**", *(cell for t in totals for cell in (
+        f"{t.bytes / 1e6:.1f}", f"{t.seconds * 1000:.0f}"))]))
+    rows.append(_row([f"**÷ {results[0].name}**", *(cell for t in totals for cell in (
+        f"{t.bytes / first.bytes:.2f}x", f"{t.seconds / first.seconds:.2f}x"))]))
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=4000)
+    parser.add_argument("--instances-per-proxy", type=int, default=100)
+    parser.add_argument("--gpus-per-instance", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="queries of each expression averaged")
+    parser.add_argument("--rules", type=Path, action="append",
+                        help="rule file, or directory of them (default rules/); repeat it "
+                        "to put several versions side by side")
+    args = parser.parse_args(argv)
+    for flag in ("instances", "instances_per_proxy", "repeat"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
+    rule_sets = [(_set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
+                 for d in dirs]
+    with tempfile.TemporaryDirectory(prefix="poolscope-rule-alloc-") as tmp:
+        results = measure(args.instances, max(1, args.instances // args.instances_per_proxy),
+                          args.gpus_per_instance, args.repeat, Path(tmp), rule_sets)
+    print(table(args.instances, results))
+    return 0
+
+
+if __name__ == "__main__":
+    unwind_on_sigterm()
+    sys.exit(main())
