@@ -24,7 +24,6 @@ rule sits beside the rule it is the floor of.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
@@ -37,16 +36,16 @@ from pathlib import Path
 
 import yaml
 
-from bench.rules_eval import INTERVAL_S, _fleet, _get, _own_metric, _row, _scrape_config, _set_name
-from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import (
-    REPO,
-    Prometheus,
-    free_port,
-    running_prometheus,
-    stop_group,
-    wait_http,
+from bench.rules_eval import (
+    RuleSet,
+    drop_rules,
+    markdown_row,
+    own_metric,
+    set_name,
+    warm_fleet,
 )
+from bench.teardown import unwind_on_sigterm
+from tests.support.prometheus import REPO, Prometheus, stop_group
 
 ALLOCATED = "go_memstats_alloc_bytes_total"
 BASELINE = "vector(0)"
@@ -93,57 +92,27 @@ def _query(prom: Prometheus, expr: str, at: float) -> float:
 
 def _measure(prom: Prometheus, expr: str, at: float, repeat: int) -> Cost:
     _query(prom, expr, at)  # the first query of an expression warms its series' caches
-    before = _own_metric(prom.url, ALLOCATED)
+    before = own_metric(prom.url, ALLOCATED)
     seconds = sum(_query(prom, expr, at) for _ in range(repeat))
-    return Cost((_own_metric(prom.url, ALLOCATED) - before) / repeat, seconds / repeat)
-
-
-def _quiet(prom: Prometheus) -> None:
-    """Reload with no scrape jobs and no rules: nothing allocates but the queries."""
-    path = prom.workdir / "prometheus.yml"
-    config = yaml.safe_load(path.read_text())
-    config["rule_files"] = []
-    config["scrape_configs"] = []
-    path.write_text(yaml.safe_dump(config))
-    urllib.request.urlopen(urllib.request.Request(f"{prom.url}/-/reload", method="POST"),
-                           timeout=60).close()
-    deadline = time.monotonic() + 60
-    while _get(f"{prom.url}/api/v1/rules")["data"]["groups"]:
-        if time.monotonic() > deadline:
-            raise TimeoutError("Prometheus kept its rules after a reload")
-        time.sleep(0.5)
+    return Cost((own_metric(prom.url, ALLOCATED) - before) / repeat, seconds / repeat)
 
 
 def measure(instances: int, proxies: int, gpus: int, repeat: int, workdir: Path,
-            rule_sets: Sequence[tuple[str, Sequence[Path]]]) -> list[SetCosts]:
-    port = free_port()
-    fleet = _fleet(instances, proxies, gpus, port)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/targets", timeout=600)
-        info = _get(f"http://127.0.0.1:{port}/targets")
-        with contextlib.ExitStack() as stack:
-            proms = [stack.enter_context(running_prometheus(
-                workdir / str(i), [_scrape_config(port, info["paths"])], rule_files=files,
-                evaluation_interval=f"{INTERVAL_S:g}s")) for i, (_, files) in enumerate(rule_sets)]
-            for prom in proms:
-                prom.wait_for(f'count(up == 1) == {len(info["paths"])}', timeout=600)
-                prom.wait_for("rate(poolscope_proxy_requests_total[1m])", timeout=600)
-            time.sleep(3 * INTERVAL_S)  # every rule has run over the full fleet
-            at = time.time() - 1
-            stop_group(fleet)
-            for prom in proms:
-                _quiet(prom)
-            results = []
-            for prom, (name, files) in zip(proms, rule_sets, strict=True):
-                base = _measure(prom, BASELINE, at, repeat)
-                costs = SetCosts(name)
-                for key, expr in rule_exprs(files).items():
-                    cost = _measure(prom, expr, at, repeat)
-                    costs.rules[key] = Cost(cost.bytes - base.bytes, cost.seconds)
-                results.append(costs)
-            return results
-    finally:
-        stop_group(fleet)
+            rule_sets: Sequence[RuleSet]) -> list[SetCosts]:
+    with warm_fleet(instances, proxies, gpus, workdir, rule_sets) as warm:
+        at = time.time() - 1
+        stop_group(warm.process)
+        for prom in warm.proms:
+            drop_rules(prom, scraping=False)  # nothing allocates but the queries
+        results = []
+        for prom, (name, files) in zip(warm.proms, rule_sets, strict=True):
+            base = _measure(prom, BASELINE, at, repeat)
+            costs = SetCosts(name)
+            for key, expr in rule_exprs(files).items():
+                cost = _measure(prom, expr, at, repeat)
+                costs.rules[key] = Cost(cost.bytes - base.bytes, cost.seconds)
+            results.append(costs)
+        return results
 
 
 def table(instances: int, results: Sequence[SetCosts]) -> str:
@@ -151,18 +120,18 @@ def table(instances: int, results: Sequence[SetCosts]) -> str:
     head = [f"rule at {instances:,} Instances"]
     for r in results:
         head += [f"{r.name}: MB", "ms"]
-    rows = [_row(head), "|" + "---|" * len(head)]
+    rows = [markdown_row(head), "|" + "---|" * len(head)]
     for key in keys:
         cells = [f"`{key}`"]
         for r in results:
             c = r.rules.get(key)
             cells += [f"{c.bytes / 1e6:.2f}", f"{c.seconds * 1000:.1f}"] if c else ["-", "-"]
-        rows.append(_row(cells))
+        rows.append(markdown_row(cells))
     first = results[0].total
     totals = [r.total for r in results]
-    rows.append(_row(["**all rules**", *(cell for t in totals for cell in (
+    rows.append(markdown_row(["**all rules**", *(cell for t in totals for cell in (
         f"{t.bytes / 1e6:.1f}", f"{t.seconds * 1000:.0f}"))]))
-    rows.append(_row([f"**÷ {results[0].name}**", *(cell for t in totals for cell in (
+    rows.append(markdown_row([f"**÷ {results[0].name}**", *(cell for t in totals for cell in (
         f"{t.bytes / first.bytes:.2f}x", f"{t.seconds / first.seconds:.2f}x"))]))
     return "\n".join(rows)
 
@@ -182,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
-    rule_sets = [(_set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
+    rule_sets = [(set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
                  for d in dirs]
     with tempfile.TemporaryDirectory(prefix="poolscope-rule-alloc-") as tmp:
         results = measure(args.instances, max(1, args.instances // args.instances_per_proxy),

@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,13 +84,13 @@ class Usage:
     def begin(self) -> None:
         self.cpu_start = _cpu_seconds(self.process)
         if self.url is not None:
-            self.alloc_start = _own_metric(self.url, "go_memstats_alloc_bytes_total")
+            self.alloc_start = own_metric(self.url, "go_memstats_alloc_bytes_total")
 
     def end(self) -> None:
         self.cpu_s = _cpu_seconds(self.process) - self.cpu_start
         self.rss_bytes = sum(p.memory_info().rss for p in _tree(self.process))
         if self.url is not None:
-            self.alloc_bytes = (_own_metric(self.url, "go_memstats_alloc_bytes_total")
+            self.alloc_bytes = (own_metric(self.url, "go_memstats_alloc_bytes_total")
                                 - self.alloc_start)
 
 
@@ -171,11 +171,13 @@ def _sample_rules(prom: Prometheus, result: Result, seen: dict[str, str]) -> Non
             result.rule_seconds.setdefault(key, []).append(rule["evaluationTime"])
 
 
-def _drop_rules(prom: Prometheus) -> None:
-    """Reload Prometheus with the same scrape jobs and no rule files."""
+def drop_rules(prom: Prometheus, *, scraping: bool = True) -> None:
+    """Reload Prometheus with no rule files, and with its scrape jobs or none."""
     path = prom.workdir / "prometheus.yml"
     config = yaml.safe_load(path.read_text())
     config["rule_files"] = []
+    if not scraping:
+        config["scrape_configs"] = []
     path.write_text(yaml.safe_dump(config))
     urllib.request.urlopen(urllib.request.Request(f"{prom.url}/-/reload", method="POST"),
                            timeout=60).close()
@@ -186,7 +188,7 @@ def _drop_rules(prom: Prometheus) -> None:
         time.sleep(0.5)
 
 
-def _own_metric(url: str, name: str) -> float:
+def own_metric(url: str, name: str) -> float:
     """A sample of Prometheus' own /metrics: it does not scrape itself here."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
         for line in r.read().decode().splitlines():
@@ -198,15 +200,19 @@ def _own_metric(url: str, name: str) -> float:
 RuleSet = tuple[str, Sequence[Path]]  # a name for the tables, and its rule files
 
 
-def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: Path,
-            rule_sets: Sequence[RuleSet]) -> list[Result]:
-    """Run one fleet size until every target is up and rules are warm, then sample.
+@dataclass
+class WarmFleet:
+    """A fleet target and a Prometheus per rule set scraping it, every rule run over it."""
 
-    Each rule set gets its own Prometheus, all scraping the one fleet and sampled
-    over the same window: on a shared box the load varies from one minute to
-    the next by more than a rule change saves, so two versions are only
-    comparable when they are timed side by side.
-    """
+    process: subprocess.Popen[bytes]
+    series: int  # what the fleet target serves
+    proms: list[Prometheus]
+
+
+@contextlib.contextmanager
+def warm_fleet(instances: int, proxies: int, gpus: int, workdir: Path,
+               rule_sets: Sequence[RuleSet]) -> Iterator[WarmFleet]:
+    """Yield once every target is up and every rule has run over the full fleet; stop all after."""
     port = free_port()
     fleet = _fleet(instances, proxies, gpus, port)
     try:
@@ -223,53 +229,67 @@ def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: 
                 # Asked of the raw series, so any rule set (--rules) can be timed.
                 prom.wait_for("rate(poolscope_proxy_requests_total[1m])", timeout=600)
             time.sleep(3 * INTERVAL_S)
-            fleet_usage = Usage(psutil.Process(fleet.pid))
-            usages = [Usage(psutil.Process(_pid(prom)), prom.url) for prom in proms]
-            results = [Result(instances, 0, int(info["series"]), 0.0, rules=name)
-                       for name, _ in rule_sets]
-            seen: list[dict[str, str]] = [{} for _ in proms]
-            for prom, result, s in zip(proms, results, seen, strict=True):
-                _sample_rules(prom, result, s)  # the evaluation in progress is not timed
-                result.group_seconds.clear()
-                result.rule_seconds.clear()
-            for u in (fleet_usage, *usages):
-                u.begin()
-            box_start = psutil.cpu_times()
-            started = time.monotonic()
-            for _ in range(2 * evaluations):
-                time.sleep(INTERVAL_S / 2)
-                for prom, result, s in zip(proms, results, seen, strict=True):
-                    _sample_rules(prom, result, s)
-            window_s = time.monotonic() - started
-            box = psutil.cpu_times()
-            busy = sum(box) - sum(box_start) - (box.idle - box_start.idle)
-            fleet_usage.end()
-            # Every window closes before any reload: a set ended after another's reload
-            # would be charged for the extra seconds (the set named last came out dearest).
-            for u in usages:
-                u.end()
-            for prom, result, u in zip(proms, results, usages, strict=True):
-                result.window_s = window_s
-                result.box_busy = busy / (sum(box) - sum(box_start))
-                result.cpu_cores = {"prometheus": u.cpu_s / window_s,
-                                    "fleet target": fleet_usage.cpu_s / window_s}
-                result.rss_gib = {"prometheus": u.rss_bytes / 2**30,
-                                  "fleet target": fleet_usage.rss_bytes / 2**30}
-                result.series = int(_own_metric(prom.url, "prometheus_tsdb_head_series"))
-                _drop_rules(prom)
-            with_rules = [u.alloc_bytes for u in usages]
-            time.sleep(INTERVAL_S)
-            for u in usages:
-                u.begin()
-            time.sleep(window_s)
-            for result, u, allocated in zip(results, usages, with_rules, strict=True):
-                u.end()
-                scrape_only = u.cpu_s / window_s
-                result.rules_cpu_s = (result.cpu_cores["prometheus"] - scrape_only) * INTERVAL_S
-                result.rules_alloc_bytes = (allocated - u.alloc_bytes) / window_s * INTERVAL_S
-        return results
+            yield WarmFleet(fleet, int(info["series"]), proms)
     finally:
         stop_group(fleet)
+
+
+def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: Path,
+            rule_sets: Sequence[RuleSet]) -> list[Result]:
+    """Run one fleet size until every target is up and rules are warm, then sample.
+
+    Each rule set gets its own Prometheus, all scraping the one fleet and sampled
+    over the same window: on a shared box the load varies from one minute to
+    the next by more than a rule change saves, so two versions are only
+    comparable when they are timed side by side.
+    """
+    with warm_fleet(instances, proxies, gpus, workdir, rule_sets) as warm:
+        proms = warm.proms
+        fleet_usage = Usage(psutil.Process(warm.process.pid))
+        usages = [Usage(psutil.Process(_pid(prom)), prom.url) for prom in proms]
+        results = [Result(instances, 0, warm.series, 0.0, rules=name)
+                   for name, _ in rule_sets]
+        seen: list[dict[str, str]] = [{} for _ in proms]
+        for prom, result, s in zip(proms, results, seen, strict=True):
+            _sample_rules(prom, result, s)  # the evaluation in progress is not timed
+            result.group_seconds.clear()
+            result.rule_seconds.clear()
+        for u in (fleet_usage, *usages):
+            u.begin()
+        box_start = psutil.cpu_times()
+        started = time.monotonic()
+        for _ in range(2 * evaluations):
+            time.sleep(INTERVAL_S / 2)
+            for prom, result, s in zip(proms, results, seen, strict=True):
+                _sample_rules(prom, result, s)
+        window_s = time.monotonic() - started
+        box = psutil.cpu_times()
+        busy = sum(box) - sum(box_start) - (box.idle - box_start.idle)
+        fleet_usage.end()
+        # Every window closes before any reload: a set ended after another's reload
+        # would be charged for the extra seconds (the set named last came out dearest).
+        for u in usages:
+            u.end()
+        for prom, result, u in zip(proms, results, usages, strict=True):
+            result.window_s = window_s
+            result.box_busy = busy / (sum(box) - sum(box_start))
+            result.cpu_cores = {"prometheus": u.cpu_s / window_s,
+                                "fleet target": fleet_usage.cpu_s / window_s}
+            result.rss_gib = {"prometheus": u.rss_bytes / 2**30,
+                              "fleet target": fleet_usage.rss_bytes / 2**30}
+            result.series = int(own_metric(prom.url, "prometheus_tsdb_head_series"))
+            drop_rules(prom)
+        with_rules = [u.alloc_bytes for u in usages]
+        time.sleep(INTERVAL_S)
+        for u in usages:
+            u.begin()
+        time.sleep(window_s)
+        for result, u, allocated in zip(results, usages, with_rules, strict=True):
+            u.end()
+            scrape_only = u.cpu_s / window_s
+            result.rules_cpu_s = (result.cpu_cores["prometheus"] - scrape_only) * INTERVAL_S
+            result.rules_alloc_bytes = (allocated - u.alloc_bytes) / window_s * INTERVAL_S
+    return results
 
 
 def _pid(prom: Prometheus) -> int:
@@ -277,7 +297,7 @@ def _pid(prom: Prometheus) -> int:
     return prom.process.pid
 
 
-def _row(cells: Sequence[str]) -> str:
+def markdown_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
@@ -287,9 +307,9 @@ def table(results: Sequence[Result]) -> str:
     head = ["Instances", "rules", "head series", "series / Instance", *groups, "all groups",
             "of 5 s", "evals", "rules CPU / 5 s", "rules alloc / 5 s", "Prometheus CPU",
             "target CPU", "box busy", "Prometheus RSS"]
-    rows = [_row(head), "|" + "---|" * len(head)]
+    rows = [markdown_row(head), "|" + "---|" * len(head)]
     for r in results:
-        rows.append(_row([
+        rows.append(markdown_row([
             f"{r.instances:,}", r.rules, f"{r.series:,}", f"{r.series / r.instances:.1f}",
             *(f"{r.group_mean(g) * 1000:.1f} ms" if g in r.group_seconds else "-"
               for g in groups),
@@ -315,12 +335,12 @@ def rule_table(results: Sequence[Result], top: int = TOP_RULES) -> str:
     head = [f"rule at {results[0].instances:,} Instances"]
     for r in results:
         head += [f"{r.rules}: mean", "share"]
-    rows = [_row(head), "|" + "---|" * len(head)]
+    rows = [markdown_row(head), "|" + "---|" * len(head)]
     for k in ranked[:top]:
         cells = [f"`{k}`"]
         for m, total in zip(means, totals, strict=True):
             cells += ([f"{m[k] * 1000:.1f} ms", f"{m[k] / total:.0%}"] if k in m else ["-", "-"])
-        rows.append(_row(cells))
+        rows.append(markdown_row(cells))
     return "\n".join(rows)
 
 
@@ -340,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="slowest rules listed per fleet size")
     args = parser.parse_args(argv)
     dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
-    rule_sets = [(_set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
+    rule_sets = [(set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
                  for d in dirs]
     by_size: list[list[Result]] = []
     for n in (int(x) for x in args.instances.split(",")):
@@ -361,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if all(r.ratio < BUDGET_RATIO for results in by_size for r in results) else 1
 
 
-def _set_name(path: Path, paths: Sequence[Path]) -> str:
+def set_name(path: Path, paths: Sequence[Path]) -> str:
     """The shortest name that tells the rule sets apart in the tables."""
     if len({p.name for p in paths}) == len(paths):
         return path.name
