@@ -38,14 +38,15 @@ import yaml
 
 from bench.rules_eval import (
     RuleSet,
+    add_fleet_arguments,
+    chosen_rule_sets,
     drop_rules,
     markdown_row,
     own_metric,
-    set_name,
     warm_fleet,
 )
 from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import REPO, Prometheus, stop_group
+from tests.support.prometheus import Prometheus, stop_group
 
 ALLOCATED = "go_memstats_alloc_bytes_total"
 BASELINE = "vector(0)"
@@ -139,20 +140,14 @@ def table(instances: int, results: Sequence[SetCosts]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=4000)
-    parser.add_argument("--instances-per-proxy", type=int, default=100)
-    parser.add_argument("--gpus-per-instance", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5,
                         help="queries of each expression averaged")
-    parser.add_argument("--rules", type=Path, action="append",
-                        help="rule file, or directory of them (default rules/); repeat it "
-                        "to put several versions side by side")
+    add_fleet_arguments(parser)
     args = parser.parse_args(argv)
     for flag in ("instances", "instances_per_proxy", "repeat"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
-    dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
-    rule_sets = [(set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
-                 for d in dirs]
+    rule_sets = chosen_rule_sets(args.rules)
     with tempfile.TemporaryDirectory(prefix="poolscope-rule-alloc-") as tmp:
         results = measure(args.instances, max(1, args.instances // args.instances_per_proxy),
                           args.gpus_per_instance, args.repeat, Path(tmp), rule_sets)

@@ -348,20 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", default="1000,4000,16000",
                         help="comma-separated fleet sizes")
-    parser.add_argument("--instances-per-proxy", type=int, default=100)
-    parser.add_argument("--gpus-per-instance", type=int, default=2)
     parser.add_argument("--evaluations", type=int, default=20,
                         help="rule evaluation intervals sampled per fleet size (mean reported)")
-    parser.add_argument("--rules", type=Path, action="append",
-                        help="rule file, or directory of them (default rules/); repeat it "
-                        "to time several versions side by side, each in its own Prometheus "
-                        "scraping the same fleet")
     parser.add_argument("--top-rules", type=int, default=TOP_RULES,
                         help="slowest rules listed per fleet size")
+    add_fleet_arguments(parser)
     args = parser.parse_args(argv)
-    dirs = [d.resolve() for d in args.rules or [REPO / "rules"]]
-    rule_sets = [(set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d])
-                 for d in dirs]
+    rule_sets = chosen_rule_sets(args.rules)
     by_size: list[list[Result]] = []
     for n in (int(x) for x in args.instances.split(",")):
         with tempfile.TemporaryDirectory(prefix="poolscope-rules-eval-") as tmp:
@@ -379,6 +372,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(rule_table(results, args.top_rules))
     return 0 if all(r.ratio < BUDGET_RATIO for results in by_size for r in results) else 1
+
+
+def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulated fleet's shape and the rule sets, as every rules benchmark takes them."""
+    parser.add_argument("--instances-per-proxy", type=int, default=100)
+    parser.add_argument("--gpus-per-instance", type=int, default=2)
+    parser.add_argument("--rules", type=Path, action="append",
+                        help="rule file, or directory of them (default rules/); repeat it "
+                        "to put several versions side by side, each in its own Prometheus "
+                        "scraping the same fleet")
+
+
+def chosen_rule_sets(paths: Sequence[Path] | None) -> list[RuleSet]:
+    dirs = [d.resolve() for d in paths or [REPO / "rules"]]
+    return [(set_name(d, dirs), sorted(d.glob("*.yml")) if d.is_dir() else [d]) for d in dirs]
 
 
 def set_name(path: Path, paths: Sequence[Path]) -> str:
