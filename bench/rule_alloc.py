@@ -30,6 +30,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,14 +74,15 @@ def rule_exprs(files: Sequence[Path]) -> dict[str, str]:
     """Each rule's expression by row key: the field (record name past its level), with
     `#n` for the n-th rule of a state set."""
     exprs: dict[str, str] = {}
+    seen: Counter[str] = Counter()
     for path in files:
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
                 if "record" not in rule:
                     continue
                 key = rule["record"].split(":", 1)[-1]
-                n = sum(1 for k in exprs if k == key or k.startswith(f"{key}#"))
-                exprs[key if n == 0 else f"{key}#{n + 1}"] = rule["expr"]
+                seen[key] += 1
+                exprs[key if seen[key] == 1 else f"{key}#{seen[key]}"] = rule["expr"]
     return exprs
 
 
