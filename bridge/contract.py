@@ -1,10 +1,12 @@
-"""The pool summary's JSON Schema and the typed client's dataclasses, rendered from
-`fields.py`, so that a new field is one entry there, never a hand edit of either.
+"""The pool summary's JSON Schema, the typed client's dataclasses and the load report's
+JSON Schema, rendered from `fields.py`, so that a new field is one entry there, never a
+hand edit of any of them.
 
 A test fails when the committed copies drift from what this writes:
 
     python -m poolscope.bridge.contract --write \\
-        bridge/schema/pool_summary.schema.json scheduler_bridge/client_fields.py
+        bridge/schema/pool_summary.schema.json scheduler_bridge/client_fields.py \\
+        bridge/schema/load_report.schema.json
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from poolscope.bridge.fields import (
     Kind,
 )
 from poolscope.bridge.summary import SCHEMA_VERSION, UNKNOWN_SOURCE
+from poolscope.exporters.proxy.report import REPORT_PATHS
 
 COMMAND = "python -m poolscope.bridge.contract --write"
 MISSING = QUALITY_LEVELS[-1]
@@ -77,6 +80,25 @@ def _metric_source(key: str, path: str) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "description": said}
 
 
+def _document(name: str, title: str, description: str, generated_at: str,
+              properties: dict[str, Any]) -> dict[str, Any]:
+    """A schema_version 1 document of one pool: its identity, then `properties`."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://poolscope.invalid/schema/{name}/{SCHEMA_VERSION}",
+        "title": f"Poolscope {title}, schema_version {SCHEMA_VERSION}",
+        "description": f"{description} Fields are only ever added: consumers must "
+                       "tolerate unknown ones.",
+        **_object({
+            "schema_version": {"const": SCHEMA_VERSION},
+            "proxy_id": {"type": "string", "minLength": 1,
+                         "description": "The Proxy's proxy_id label."},
+            "generated_at": {"type": "number", "description": generated_at},
+            **properties,
+        }),
+    }
+
+
 def schema(fields: Sequence[Field] = FIELDS,
            gpu_fields: Sequence[Field] = GPU_FIELDS) -> dict[str, Any]:
     """The schema of one pool summary as the bridges serve it."""
@@ -92,32 +114,69 @@ def schema(fields: Sequence[Field] = FIELDS,
             "propertyNames": {"minLength": 1},
             "additionalProperties": _object({f.key: _value_schema(f, minimum=True)
                                              for f in gpu_fields})}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://poolscope.invalid/schema/pool_summary/{SCHEMA_VERSION}",
-        "title": f"Poolscope pool summary, schema_version {SCHEMA_VERSION}",
-        "description": "One Proxy pool as the Scheduler sees it. null: not measured (the "
-                       "reason is in /debug/pool_resource_sources); 0: a measured zero. "
-                       "Fields are only ever added: consumers must tolerate unknown ones.",
-        **_object({
-            "schema_version": {"const": SCHEMA_VERSION},
-            "proxy_id": {"type": "string", "minLength": 1,
-                         "description": "The Proxy's proxy_id label."},
-            "generated_at": {"type": "number",
-                             "description": "Evaluation time of every field, unix seconds."},
+    return {**_document(
+        "pool_summary", "pool summary",
+        "One Proxy pool as the Scheduler sees it. null: not measured (the reason is in "
+        "/debug/pool_resource_sources); 0: a measured zero.",
+        "The instant every field was queried at, by the bridge's clock, unix seconds (the "
+        "rules wrote the values at or before it).", {
             "metric_source": _object({k: _metric_source(k, p)
                                       for k, p in METRIC_SOURCE_FIELDS.items()}),
             "metric_quality": _object(dict.fromkeys(QUALITY_GROUPS, _QUALITY_REF)),
             **sections,
             GPUS_SECTION: gpus,
-        }),
-        "$defs": {"quality": {"enum": list(QUALITY_LEVELS)}},
-    }
+        }), "$defs": {"quality": {"enum": list(QUALITY_LEVELS)}}}
+
+
+def _json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 def render_schema(fields: Sequence[Field] = FIELDS,
                   gpu_fields: Sequence[Field] = GPU_FIELDS) -> str:
-    return json.dumps(schema(fields, gpu_fields), indent=2, ensure_ascii=False) + "\n"
+    return _json(schema(fields, gpu_fields))
+
+
+# --- the load report's JSON Schema ------------------------------------------------
+
+# Never null in a report: a Proxy always counts what it holds in flight, and a receiver
+# anchors the report's age on when it did.
+_REPORT_MEASURED = ("load.inflight_total", "load.inflight_sampled_at")
+_REPORT_DESCRIPTION = (
+    "A Proxy's load report (poolscope.exporters.proxy.report): the pool summary's fields "
+    "that the Proxy measures itself, read on demand for its heartbeats to the Scheduler. "
+    "null: not measured; 0: a measured zero. The Proxy reads every field at generated_at, "
+    "by its own clock, and the report should be delivered within seconds; a receiver "
+    "anchors the report's age on its own receive time, less generated_at - "
+    "load.inflight_sampled_at, never on generated_at against its own clock "
+    "(poolscope.scheduler_bridge.load_report). load.capacity leaves out the members "
+    "whose engine is asleep, as the summary's does.")
+
+
+def _report_value(f: Field) -> dict[str, Any]:
+    """The summary's schema of the field; every number the report carries is a count, a
+    capacity or a time, never negative."""
+    value = _value_schema(f, minimum=f.kind is not Kind.STATE)
+    if f.path in _REPORT_MEASURED:
+        value["type"] = _JSON_TYPE[f.kind]
+    return value
+
+
+def report_schema(fields: Sequence[Field] = FIELDS) -> dict[str, Any]:
+    """The schema of one load report: the summary's entries of REPORT_PATHS."""
+    carried = [f for f in fields if f.path in REPORT_PATHS]
+    unknown = set(REPORT_PATHS) - {f.path for f in carried}
+    if unknown:
+        raise ValueError(f"the load report carries fields the summary has not: {unknown}")
+    return _document(
+        "load_report", "load report", _REPORT_DESCRIPTION,
+        "When the Proxy read every field, unix seconds by its own clock.",
+        {section: _object({f.key: _report_value(f) for f in members})
+         for section, members in _section_fields(carried).items() if members})
+
+
+def render_report_schema(fields: Sequence[Field] = FIELDS) -> str:
+    return _json(report_schema(fields))
 
 
 # --- the typed client's dataclasses -----------------------------------------------
@@ -164,12 +223,14 @@ def render_client(fields: Sequence[Field] = FIELDS,
 RENDERERS: dict[str, Callable[[], str]] = {
     "pool_summary.schema.json": render_schema,
     "client_fields.py": render_client,
+    "load_report.schema.json": render_report_schema,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Render the summary's JSON Schema and the typed "
-                                "client's dataclasses from bridge/fields.py.")
+    p = argparse.ArgumentParser(description="Render the summary's JSON Schema, the typed "
+                                "client's dataclasses and the load report's JSON Schema "
+                                "from bridge/fields.py.")
     p.add_argument("--write", type=Path, nargs="+", required=True,
                    help=f"the files to write, known by name: {', '.join(RENDERERS)}")
     paths: list[Path] = p.parse_args(argv).write

@@ -58,7 +58,7 @@ async def all_pools(request: web.Request) -> web.Response:
     # headers): rendered once, however many Schedulers ask.
     body = rendered(served, "pools", lambda: encode_json({
         "schema_version": SCHEMA_VERSION, "generated_at": snapshot.generated_at,
-        "stale": served.stale, "pools": snapshot.pools}))
+        "rollups_at": snapshot.rollups_at, "stale": served.stale, "pools": snapshot.pools}))
     return await answer(request, served, body)
 
 

@@ -20,6 +20,7 @@ are ignored; fields missing from an older bridge are None.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
@@ -61,16 +62,30 @@ class BridgeSnapshot:
     stale: bool
     age_s: float | None  # None when the bridge does not say; from its headers
     pools: dict[str, PoolSummary]
+    # When the rules wrote the rollups, by Prometheus' clock; None from an older bridge.
+    rollups_at: float | None = None
 
 
 class BridgeError(Exception):
-    """The bridge answered with an error (503: it knows nothing recent enough)."""
+    """No snapshot from the bridge: the one exception a Scheduler catches.
 
-    def __init__(self, status: int, body: Any) -> None:
+    `status` is the HTTP status of a refusal (503: it knows nothing recent enough; an
+    ingress in front may answer with HTML, kept as text in `body`), or None when no
+    answer came (refused connection, timeout, a body that is not the summary)."""
+
+    def __init__(self, status: int | None, body: Any) -> None:
         message = body.get("error") if isinstance(body, dict) else body
-        super().__init__(f"HTTP {status}: {message}")
+        super().__init__(f"HTTP {status}: {message}" if status is not None else str(message))
         self.status = status
         self.body = body
+
+
+class BridgeUnreachable(BridgeError):
+    """No answer came: the connection was refused or reset, or it timed out."""
+
+    def __init__(self, url: str, cause: BaseException) -> None:
+        super().__init__(None, f"{url}: {cause.__class__.__name__}: {cause}")
+        self.cause = cause
 
 
 _Section = TypeVar("_Section")
@@ -109,11 +124,13 @@ def parse_snapshot(doc: dict[str, Any], age_s: float | None = None) -> BridgeSna
     from before 2026-12 wrote it in the body)."""
     if age_s is None and doc.get("age_s") is not None:
         age_s = float(doc["age_s"])
+    rollups_at = doc.get("rollups_at")
     return BridgeSnapshot(
         generated_at=float(doc["generated_at"]),
         stale=bool(doc.get("stale", False)),
         age_s=age_s,
         pools={pid: parse_pool(pool) for pid, pool in doc["pools"].items()},
+        rollups_at=None if rollups_at is None else float(rollups_at),
     )
 
 
@@ -146,29 +163,47 @@ class SchedulerBridgeClient:
         self._last: tuple[str, BridgeSnapshot] | None = None  # (ETag, parsed)
 
     async def snapshot(self) -> BridgeSnapshot:
-        """Every pool at one instant; raises BridgeError when the bridge has none."""
+        """Every pool at one instant; raises BridgeError when there is none to be had."""
         headers = {**self._headers, "Accept-Encoding": "gzip"}
         if self._last is not None:
             headers["If-None-Match"] = self._last[0]
-        async with self._session.get(f"{self._url}{SNAPSHOT_ROUTE}", headers=headers,
-                                     timeout=self._timeout) as resp:
-            age_s = age_from(resp.headers)
-            if resp.status == 304 and self._last is not None:
-                # The same body: the same snapshot in the same staleness, only older.
-                return replace(self._last[1], age_s=age_s)
-            body = await resp.json(content_type=None)
-            if resp.status != 200:
-                raise BridgeError(resp.status, body)
-            snapshot = parse_snapshot(body, age_s)
-            etag = resp.headers.get("ETag")
-            self._last = None if etag is None else (etag, snapshot)
-            return snapshot
+        url = f"{self._url}{SNAPSHOT_ROUTE}"
+        try:
+            async with self._session.get(url, headers=headers, timeout=self._timeout) as resp:
+                age_s = age_from(resp.headers)
+                if resp.status == 304 and self._last is not None:
+                    # The same body: the same snapshot in the same staleness, only older.
+                    return replace(self._last[1], age_s=age_s)
+                body = await _body(resp)
+                snapshot = parse_snapshot(body, age_s)
+                etag = resp.headers.get("ETag")
+                self._last = None if etag is None else (etag, snapshot)
+                return snapshot
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise BridgeUnreachable(url, e) from e
+        except (KeyError, TypeError, ValueError) as e:
+            raise BridgeError(None, f"{url}: not a pool snapshot: {e!r}") from e
 
     async def get(self, path: str) -> Any:
-        """The JSON document at `path`; raises BridgeError when the bridge refuses."""
-        async with self._session.get(f"{self._url}{path}", headers=self._headers,
-                                     timeout=self._timeout) as resp:
-            body = await resp.json(content_type=None)
-            if resp.status != 200:
-                raise BridgeError(resp.status, body)
-            return body
+        """The JSON document at `path`; raises BridgeError when there is none."""
+        url = f"{self._url}{path}"
+        try:
+            async with self._session.get(url, headers=self._headers,
+                                         timeout=self._timeout) as resp:
+                return await _body(resp)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise BridgeUnreachable(url, e) from e
+
+
+async def _body(resp: aiohttp.ClientResponse) -> Any:
+    """A 200's JSON; BridgeError for any other status, whatever its body (an ingress's
+    error page is HTML) or for a 200 whose body is not JSON."""
+    text = await resp.text()
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise BridgeError(None if resp.status == 200 else resp.status,
+                          f"not JSON: {text[:200]!r}") from None
+    if resp.status != 200:
+        raise BridgeError(resp.status, body)
+    return body

@@ -10,21 +10,31 @@ that count, and reads the summary only for the rest:
     load now  =  summary's requests at T  -  mine in flight at T  +  mine in flight now
 
 which is what an engine router does one level down with the requests it sent since
-the last scrape. docs/scheduling.md has the closed-loop measurements behind it.
-This module only counts; it makes no decision and calls nothing. Its times and the
-summary's are wall-clock seconds of different hosts (the Scheduler's, Prometheus' or
-the Proxy's): their clocks must agree well within a request's duration (NTP does).
+the last scrape. docs/scheduling.md has the closed-loop measurements behind it, and
+poolscope.scheduler_bridge.picker makes the decision with it.
+
+Every time here is the Scheduler's own wall clock: `measured_at` turns the summary's
+instants into ages it anchors on when the summary arrived, so no other host's clock
+is read against this one (docs/scheduling.md, "Clocks").
+
+A request whose end is never reported would make its pool look busier for ever: each
+is forgotten `request_timeout_s` after it was sent, and counted in `expired`.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from poolscope.scheduler_bridge.client import BridgeSnapshot, PoolSummary
+
+# Longer than any answer a Scheduler waits for (a long generation lasts minutes).
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+DEFAULT_HORIZON_S = 300.0
 
 
 @dataclass
@@ -57,60 +67,127 @@ class _History:
         return self.counts[i - 1] if i else 0
 
 
+class Ticket:
+    """One request handed to a pool; `OwnRequests.finished` takes it back."""
+
+    __slots__ = ("number", "proxy_id", "sent_at", "state")
+
+    def __init__(self, number: int, proxy_id: str, sent_at: float) -> None:
+        self.number = number
+        self.proxy_id = proxy_id
+        self.sent_at = sent_at
+        self.state = "in_flight"  # then "finished" or "expired"
+
+    def __repr__(self) -> str:
+        return f"Ticket({self.number}, {self.proxy_id!r}, {self.state})"
+
+
 class OwnRequests:
     """Counts the requests this Scheduler sent to each pool and has not seen finish.
 
-    Call `sent` when a request is handed to a pool and `finished` exactly once when its
-    answer has ended (or failed). Times are wall-clock seconds, as the summary's are.
+    Call `sent` when a request is handed to a pool and `finished` with its ticket once
+    its answer has ended (or failed). A pool with nothing in flight and no change
+    within the horizon is forgotten, so the state is bounded by the pools in use.
     """
 
-    def __init__(self, horizon_s: float = 300.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, horizon_s: float = DEFAULT_HORIZON_S,
+                 clock: Callable[[], float] = time.time, *,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
         if not horizon_s > 0:
             raise ValueError("horizon_s must be > 0")
+        if not request_timeout_s > 0:
+            raise ValueError("request_timeout_s must be > 0")
         self._horizon = horizon_s
+        self._timeout = request_timeout_s
         self._clock = clock
         self._pools: dict[str, _History] = {}
+        self._open: dict[int, Ticket] = {}  # in sending order: the oldest first
+        self._numbers = itertools.count()
+        self._swept_at = -math.inf
+        self.expired = 0  # requests forgotten after request_timeout_s without finished()
 
-    def sent(self, proxy_id: str) -> None:
-        self._change(proxy_id, +1)
+    def sent(self, proxy_id: str) -> Ticket:
+        now = self._clock()
+        self._expire(now)
+        ticket = Ticket(next(self._numbers), proxy_id, now)
+        self._open[ticket.number] = ticket
+        self._change(proxy_id, +1, now)
+        return ticket
 
-    def finished(self, proxy_id: str) -> None:
+    def finished(self, ticket: Ticket) -> bool:
+        """False when the ticket had already expired (it was counted then)."""
+        if ticket.state == "expired":
+            return False
+        if ticket.state != "in_flight" or self._open.pop(ticket.number, None) is None:
+            raise ValueError(f"finished() twice, or for another OwnRequests: {ticket!r}")
+        ticket.state = "finished"
+        self._change(ticket.proxy_id, -1, self._clock())
+        return True
+
+    def _expire(self, now: float) -> None:
+        cutoff = now - self._timeout
+        while self._open:
+            oldest = next(iter(self._open.values()))
+            if oldest.sent_at >= cutoff:
+                break
+            del self._open[oldest.number]
+            oldest.state = "expired"
+            self.expired += 1
+            self._change(oldest.proxy_id, -1, now)
+        if now - self._swept_at > self._horizon:
+            self._swept_at = now
+            idle = [p for p, h in self._pools.items()
+                    if h.count == 0 and h.times[-1] < now - self._horizon]
+            for proxy_id in idle:
+                del self._pools[proxy_id]
+
+    def _change(self, proxy_id: str, delta: int, now: float) -> None:
         history = self._pools.get(proxy_id)
-        if history is None or history.count == 0:
-            raise ValueError(f"finished() without sent() for {proxy_id!r}")
-        self._change(proxy_id, -1)
+        if history is None:
+            # A pool swept away had 0 in flight from a horizon before the sweep on; what
+            # came before is unknown (a pool never seen is known as 0 back to there too).
+            history = self._pools[proxy_id] = _History(
+                forgotten_before=self._swept_at - self._horizon)
+        history.change(now, delta, self._horizon)
 
-    def _change(self, proxy_id: str, delta: int) -> None:
-        self._pools.setdefault(proxy_id, _History()).change(self._clock(), delta,
-                                                            self._horizon)
+    def pools(self) -> int:
+        """How many pools' histories are held (bounded by those used within the horizon)."""
+        return len(self._pools)
 
     def in_flight(self, proxy_id: str, at: float) -> int | None:
         """Mine in flight at `at`; None when `at` is before what is remembered (at least
         the last `horizon_s`)."""
         history = self._pools.get(proxy_id)
-        return 0 if history is None else history.at(at)
+        if history is None:
+            return None if at < self._swept_at - self._horizon else 0
+        return history.at(at)
 
-    def requests_now(self, pool: PoolSummary, measured_at: float | None) -> float | None:
+    def mine_now(self, proxy_id: str) -> int:
+        self._expire(self._clock())
+        history = self._pools.get(proxy_id)
+        return 0 if history is None else history.count
+
+    def requests_now(self, pool: PoolSummary, measured_at: float | None,
+                     replicas: int = 1) -> float | None:
         """The pool's requests now: those it held at `measured_at` (in flight, and in the
         Proxy's prepare and ready queues where it has them), less mine in flight then
         (the rest is others' load, never below 0), plus mine now.
 
-        None when the summary's inflight is unknown, or when it was measured is (None) or
-        is past the horizon: a Scheduler then ranks the pool by something else, never as
-        empty.
+        With `replicas` Schedulers sharing the traffic alike, each of the others is taken
+        to have changed the pool's count since then as this one did: the others' part
+        grows by (replicas - 1) times my change. None when the summary's inflight is
+        unknown, or when it was measured is (None) or is past the horizon: a Scheduler
+        then ranks the pool by something else, never as empty.
         """
         held = self.held(pool)
-        if measured_at is None:
+        if measured_at is None or held is None:
             return None
         mine_then = self.in_flight(pool.proxy_id, measured_at)
-        if held is None or mine_then is None:
+        if mine_then is None:
             return None
-        return max(0.0, held - mine_then) + self.mine_now(pool.proxy_id)
-
-    def mine_now(self, proxy_id: str) -> int:
-        history = self._pools.get(proxy_id)
-        return 0 if history is None else history.count
+        mine_now = self.mine_now(pool.proxy_id)
+        others = max(0.0, held - mine_then) + (replicas - 1) * (mine_now - mine_then)
+        return max(0.0, others) + mine_now
 
     @staticmethod
     def held(pool: PoolSummary) -> float | None:
@@ -128,12 +205,13 @@ class OwnRequests:
         return load.inflight_total + sum(
             d for d in (load.prepare_queue_depth, load.ready_queue_depth) if d is not None)
 
-    def load_now(self, pool: PoolSummary, measured_at: float | None) -> float | None:
+    def load_now(self, pool: PoolSummary, measured_at: float | None,
+                 replicas: int = 1) -> float | None:
         """`requests_now` over the pool's capacity, counting the request about to be
         placed (so a large pool and a small one with the same ratio are told apart:
         the next request adds less to the large one); None when either is unknown, or
         the capacity is a measured 0 (no alive member offers any: nowhere to place it)."""
-        requests = self.requests_now(pool, measured_at)
+        requests = self.requests_now(pool, measured_at, replicas)
         capacity = pool.load.capacity
         if requests is None or not capacity:
             return None
@@ -141,10 +219,18 @@ class OwnRequests:
 
 
 def measured_at(pool: PoolSummary, snapshot: BridgeSnapshot, received_at: float) -> float | None:
-    """When the pool's inflight was measured: the scrape the summary names
-    (`load.inflight_sampled_at`), else when the rules wrote the snapshot, counted back
-    from when it was received by its age (up to one scrape interval late: see
-    docs/scheduling.md for what that costs); None when neither is known."""
-    if pool.load.inflight_sampled_at is not None:
-        return pool.load.inflight_sampled_at
-    return None if snapshot.age_s is None else received_at - snapshot.age_s
+    """When the pool's inflight was measured, on the clock `received_at` was read from.
+
+    The snapshot's age (the bridge's `X-Poolscope-Age-S`: its clock against the rules'
+    evaluation) plus how long before that evaluation the inflight was scraped (both
+    Prometheus' instants), counted back from when the snapshot arrived: no instant of
+    another host is compared with this one. Without the rules' instant (an older
+    bridge) it counts back from `generated_at`; without the scrape's, from the
+    evaluation (up to one scrape interval late: docs/scheduling.md has what that
+    costs). None when the snapshot's age is unknown."""
+    if snapshot.age_s is None:
+        return None
+    evaluated = snapshot.generated_at if snapshot.rollups_at is None else snapshot.rollups_at
+    sampled = pool.load.inflight_sampled_at
+    before = 0.0 if sampled is None else max(0.0, evaluated - sampled)
+    return received_at - snapshot.age_s - before

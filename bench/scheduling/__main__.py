@@ -2,25 +2,27 @@
 
     python -m bench.scheduling [--quick] [--backends sim,llama] [--loads 0.5,0.7,0.9]
         [--intervals 1,2,5] [--policies ...] [--arrivals poisson,bursty]
-        [--duration S] [--repeats N] [--cache-ttls 1] [--delays 0,10] [--json PATH]
-        [--plot PATH]
+        [--duration S] [--repeats N] [--cache-ttls 1] [--replicas 1,3]
+        [--offsets -0.5,0,0.5] [--outage START,LENGTH] [--reporting POOL,...]
+        [--json PATH] [--plot PATH]
 
 A closed loop on this machine (bench/scheduling/fleet.py): pools of 8, 4 and 2 slots
 behind demo Proxies, real Instance exporters, a real Prometheus with `rules/` and the
 real Scheduler bridge; the pool of 4 also takes local traffic the Scheduler does not
-send, on and off every 10 s. A Scheduler stand-in sends an open-loop stream (one
-request in five long) at a share of the fleet's capacity, each request to the pool
-one policy picks (bench/scheduling/policies.py), and every request's latency, first
-token and queue wait is recorded. One row per backend, arrival shape, load, interval,
-policy and seed. docs/scheduling.md has the results and what they mean.
+send, on and off every 10 s. Scheduler replicas (one stand-in each, the arrivals
+spread over them at random) send an open-loop stream (one request in five long) at a
+share of the fleet's capacity, each request to the pool one policy picks
+(bench/scheduling/policies.py: the baselines, the oracle, and the product's picker),
+and every request's latency, first token and queue wait is recorded. One row per
+backend, arrival shape, load, interval, replicas, clock offset, policy and seed.
+docs/scheduling.md has the results and what they mean.
 
-The default sweep (about 13 minutes): on the simulated fleet at a 5 s interval, every
-policy at 70% and the four that tell the story (weighted, least_load, tracked, oracle)
-at 50 and 90% and with bursty arrivals at 70%; least_load and tracked at 2 and 1 s too,
-at 70%; then random and those four on llama.cpp at 70% and 5 s. --quick (about 3
-minutes): the four at 70% and 5 s, simulated. Naming --loads or --intervals runs
-exactly that grid instead. Policies that read no summary run once per load (their
-interval column is "-").
+The default sweep: on the simulated fleet at a 5 s interval, every policy at 70% with
+one replica, and the headline policies (weighted, picker, picker_heartbeat, oracle)
+with three; then those on llama.cpp at 70%, one and three replicas. --quick (about 3
+minutes): weighted, least_load, picker and oracle at 70% and 5 s, simulated. Naming
+--loads or --intervals runs exactly that grid instead. Policies that read no summary
+run once per load and replica count (their interval column is "-").
 """
 
 from __future__ import annotations
@@ -70,6 +72,23 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {e}") from e
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas: {e}") from e
+    if not all(v >= 1 for v in values):
+        raise argparse.ArgumentTypeError("expected integers >= 1")
+    return values
+
+
+def _outage(text: str) -> tuple[float, float]:
+    values = _floats(text)
+    if len(values) != 2 or not (values[0] >= 0 and values[1] > 0):
+        raise argparse.ArgumentTypeError("expected START,LENGTH: seconds >= 0 and > 0")
+    return values[0], values[1]
+
+
 def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     def parse(text: str) -> tuple[str, ...]:
         names = tuple(text.split(","))
@@ -84,7 +103,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.scheduling",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help="weighted, least_load, tracked and oracle at 70%% and 5 s on the "
+                   help="weighted, least_load, picker and oracle at 70%% and 5 s on the "
                         "simulated fleet (about 3 min)")
     p.add_argument("--backends", type=_names(("sim", "llama")), default=None)
     p.add_argument("--loads", type=_floats, default=None, help="shares of capacity")
@@ -96,8 +115,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="seeds per cell")
     p.add_argument("--cache-ttls", type=_floats, default=(1.0,),
                    help="the bridge's --cache-ttl, and how often the stand-in reads it")
-    p.add_argument("--delays", type=_floats, default=(0.0,),
-                   help="seconds the summary policies' snapshots are held back (age study)")
+    p.add_argument("--replicas", type=_ints, default=(1,),
+                   help="Scheduler replicas sharing the arrivals")
+    p.add_argument("--offsets", type=_floats, default=(0.0,),
+                   help="the Schedulers' clock less the other hosts', seconds")
+    p.add_argument("--outage", type=_outage, default=None, metavar="START,LENGTH",
+                   help="stop the bridge that many seconds into each cell, for that long")
+    p.add_argument("--reporting", type=lambda t: tuple(t.split(",")), default=None,
+                   help="the pools whose Proxies send load reports (default: every pool)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, help="write every row and record here")
     p.add_argument("--plot", type=Path, help="latency over time at 70%% (PNG)")
@@ -126,45 +151,46 @@ class Plan:
                        if c.interval_s is not None and c.ttl_s is not None}, reverse=True)
 
 
-# What --quick runs, and what the default sweep runs beside 70 %: the policies that tell
-# the story (no metric, the summary as it stands, the summary tracked, the limit).
-CORE_POLICIES = ("weighted", "least_load", "tracked", "oracle")
+# What --quick runs: the policies that tell the story (no metric, the summary as it
+# stands, the picker, the limit).
+CORE_POLICIES = ("weighted", "least_load", "picker", "oracle")
+# The headline: the picker on the summary and with reports, against the oracle and
+# capacity weights.
+HEADLINE = ("weighted", "picker", "picker_heartbeat", "oracle")
 
 
 def plans(args: argparse.Namespace) -> list[Plan]:
     def cells(load: float, intervals: Sequence[float], policies: Sequence[str],
-              arrivals: Sequence[str] = args.arrivals) -> list[Cell]:
+              replicas: Sequence[int] = args.replicas) -> list[Cell]:
         chosen = [p for p in policies if p in args.policies]
-        shapes = [(a, args.seed + r) for a in arrivals for r in range(args.repeats)]
-        blind = [Cell(p, load, None, a, seed, args.duration) for p in chosen
-                 if not POLICIES[p].reads_summary for a, seed in shapes]
-        return blind + [Cell(p, load, i, a, seed, args.duration, ttl, delay)
+        shapes = [(a, args.seed + r, n, o) for a in args.arrivals for r in range(args.repeats)
+                  for n in replicas for o in args.offsets]
+        blind = [Cell(p, load, None, a, seed, args.duration, replicas=n, offset_s=o)
+                 for p in chosen if not POLICIES[p].reads_summary
+                 for a, seed, n, o in shapes]
+        return blind + [Cell(p, load, i, a, seed, args.duration, ttl, n, o, args.outage,
+                             args.reporting)
                         for i in intervals for ttl in args.cache_ttls for p in chosen
-                        if POLICIES[p].reads_summary for delay in args.delays
-                        for a, seed in shapes]
+                        if POLICIES[p].reads_summary for a, seed, n, o in shapes]
 
     if args.loads is not None or args.intervals is not None or args.quick:
         policies = CORE_POLICIES if args.quick and not args.policies_given else args.policies
         grid = [c for load in args.loads or (0.7,)
                 for c in cells(load, args.intervals or (5.0,), policies)]
         return [Plan(b, tuple(grid)) for b in args.backends or ("sim",)]
-    sim = (cells(0.7, (5.0,), tuple(POLICIES))
-           + cells(0.5, (5.0,), CORE_POLICIES) + cells(0.9, (5.0,), CORE_POLICIES)
-           + cells(0.7, (2.0, 1.0), ("least_load", "tracked"))
-           + cells(0.7, (5.0,), CORE_POLICIES, ("bursty",)))
-    llama = cells(0.7, (5.0,), ("random", *CORE_POLICIES))
+    sim = cells(0.7, (5.0,), tuple(POLICIES), (1,)) + cells(0.7, (5.0,), HEADLINE, (3,))
+    llama = cells(0.7, (5.0,), HEADLINE, (1, 3))
     return [Plan(b, tuple(c)) for b, c in (("sim", sim), ("llama", llama))
             if b in (args.backends or ("sim", "llama"))]
 
 
-async def _run_plan(fleet: Fleet, plan: Plan, lengths: Lengths,
+async def _run_plan(fleet: Fleet, plan: Plan, lengths: Lengths, args: argparse.Namespace,
                     out: list[tuple[Row, list[Record]]]) -> None:
     capacities = {p.spec.proxy_id: p.spec.capacity for p in fleet.pools}
 
     async def one(cell: Cell, mon: Monitoring | None) -> None:
-        records, _ = await run_cell(fleet, mon, POLICIES[cell.policy](), cell, lengths,
-                                    LOCAL_POOL)
-        row = Row(plan.backend, cell, outcome(records, lengths, capacities))
+        records, _ = await run_cell(fleet, mon, cell, lengths, LOCAL_POOL)
+        row = Row(plan.backend, cell, outcome(records, lengths, capacities, args.outage))
         print(row.line(), flush=True)
         out.append((row, records))
 
@@ -212,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"# {plan.backend}: under a full batch, short "
                       f"{lengths.service_s[0]:.2f} s, long {lengths.service_s[1]:.2f} s; capacity "
                       f"{sum(s.capacity for s in specs)} slots", flush=True)
-                asyncio.run(_run_plan(fleet, plan, lengths, results))
+                asyncio.run(_run_plan(fleet, plan, lengths, args, results))
     print(f"# {len(results)} cells in {time.monotonic() - started:.0f} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps({

@@ -88,6 +88,7 @@ class Monitoring:
     interval_s: float
     prometheus_url: str
     bridge_url: str
+    bridge_pid: int  # to stop it for an outage
 
 
 def _start_sim_engine(group: ProcessGroup, spec: PoolSpec, instance_id: str, proxy_url: str,
@@ -210,6 +211,6 @@ def monitoring(fleet: Fleet, interval_s: float, cache_ttl_s: float) -> Iterator[
             "--listen", f"127.0.0.1:{bridge_port}", "--log.level", "warning")
         bridge_url = f"http://127.0.0.1:{bridge_port}"
         wait_ready(f"{bridge_url}/healthz", bridge)
-        yield Monitoring(interval_s, prom_url, bridge_url)
+        yield Monitoring(interval_s, prom_url, bridge_url, bridge.process.pid)
     finally:
         group.stop()

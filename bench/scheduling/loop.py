@@ -10,24 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 from bench.scheduling.fleet import Fleet, Monitoring
-from bench.scheduling.policies import Policy, View
+from bench.scheduling.policies import POLICIES, Done, Policy, View
 from deploy.demo.load_arrivals import BurstSpec, arrival_times
 from poolscope.scheduler_bridge.client import (
     BridgeError,
-    BridgeSnapshot,
-    PoolSummary,
     SchedulerBridgeClient,
     parse_pool,
 )
+from poolscope.scheduler_bridge.load_report import receive_report
 from poolscope.scheduler_bridge.own_requests import OwnRequests
 
 PROMPT = "Tell me about load balancing."
@@ -88,7 +89,13 @@ class Cell:
     seed: int
     duration_s: float
     ttl_s: float | None = None  # the bridge's cache TTL, and how often it is read
-    delay_s: float = 0.0  # how old the summary handed to the policy is held back
+    replicas: int = 1  # Scheduler replicas, the arrivals spread over them at random
+    # The Schedulers' clock less everyone else's (Prometheus', the bridge's, the Proxies').
+    offset_s: float = 0.0
+    # (start, length), seconds into the cell: the bridge stopped (SIGSTOP), unreachable.
+    outage: tuple[float, float] | None = None
+    # The pools whose Proxies send load reports (None: every pool) to a policy reading them.
+    reporting: tuple[str, ...] | None = None
 
 
 def _arrivals(rate: float, shape: str, duration: float, rng: random.Random) -> list[float]:
@@ -141,10 +148,11 @@ def _has_content(line: bytes) -> bool:
     return bool((choices[0].get("delta") or {}).get("content"))
 
 
-async def read_report(session: aiohttp.ClientSession, proxy_url: str) -> PoolSummary:
-    """A Proxy's load report (ProxyExporter.load_report), read now; raises when it has none."""
+async def read_report(session: aiohttp.ClientSession, proxy_url: str) -> Any:
+    """A Proxy's load report body (ProxyExporter.load_report), read now; raises when it
+    has none."""
     async with session.get(f"{proxy_url}/v1/pool_load", raise_for_status=True) as resp:
-        return parse_pool(await resp.json())
+        return await resp.json()
 
 
 class LiveReader:
@@ -160,53 +168,44 @@ class LiveReader:
         self._session = session
 
     async def __call__(self) -> Mapping[str, float | None]:
-        reports = await asyncio.gather(*(read_report(self._session, u)
-                                         for u in self._urls.values()))
-        return {p: OwnRequests.held(r) for p, r in zip(self._urls, reports, strict=True)}
+        docs = await asyncio.gather(*(read_report(self._session, u)
+                                      for u in self._urls.values()))
+        return {p: OwnRequests.held(parse_pool(d))
+                for p, d in zip(self._urls, docs, strict=True)}
 
 
-class SnapshotFeed:
-    """The bridge read every `ttl_s`, as a Scheduler would; `delay_s` hands policies a
-    snapshot that old instead of the newest (how old may a summary be?)."""
-
-    def __init__(self, client: SchedulerBridgeClient, ttl_s: float, delay_s: float) -> None:
-        self._client = client
-        self._ttl = ttl_s
-        self._delay = delay_s
-        self._held: deque[tuple[float, BridgeSnapshot]] = deque()
-
-    async def run(self) -> None:
-        while True:
-            try:
-                snapshot = await self._client.snapshot()
-                self._held.append((time.time(), snapshot))  # when it arrived
-            except (BridgeError, aiohttp.ClientError, TimeoutError, ValueError):
-                pass  # the Scheduler keeps its last snapshot, whose age says how old
-            horizon = time.time() - self._delay - 60
-            while len(self._held) > 1 and self._held[1][0] < horizon:
-                self._held.popleft()
-            await asyncio.sleep(self._ttl)
-
-    def current(self) -> list[tuple[float, BridgeSnapshot]]:
-        """The snapshots a Scheduler could use now, oldest first."""
-        due = time.time() - self._delay
-        return [h for h in self._held if h[0] <= due]
+async def summary_feed(client: SchedulerBridgeClient, policy: Policy, ttl_s: float) -> None:
+    """One replica's reads of the bridge, every `ttl_s`, as a Scheduler would."""
+    while True:
+        try:
+            policy.summary_received(await client.snapshot())
+        except BridgeError as e:
+            policy.summary_failed(e)
+        await asyncio.sleep(ttl_s)
 
 
 class ReportFeed:
-    """Every Proxy's load report, read every `every_s` as its heartbeats would bring it."""
+    """The reporting Proxies' load reports, read every `every_s` as their heartbeats would
+    bring them, handed to every replica on the Schedulers' clock."""
 
-    def __init__(self, fleet: Fleet, session: aiohttp.ClientSession, every_s: float) -> None:
-        self._urls = {p.spec.proxy_id: p.proxy_url for p in fleet.pools}
+    def __init__(self, urls: Mapping[str, str], session: aiohttp.ClientSession,
+                 every_s: float, replicas: Sequence[Policy], clock: Callable[[], float]
+                 ) -> None:
+        self._urls = urls
         self._session = session
         self._every = every_s
-        self.reports: dict[str, PoolSummary] = {}
+        self._replicas = replicas
+        self._clock = clock
+        self.received: set[str] = set()
 
     async def _read(self, proxy_id: str, url: str) -> None:
         try:
-            self.reports[proxy_id] = await read_report(self._session, url)
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
-            self.reports.pop(proxy_id, None)  # a missed heartbeat: unknown, not idle
+            report = receive_report(await read_report(self._session, url), self._clock())
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return  # a missed heartbeat: the picker's report ages out, never read as idle
+        self.received.add(proxy_id)
+        for policy in self._replicas:
+            policy.report_received(report)
 
     async def run(self) -> None:
         while True:
@@ -214,7 +213,19 @@ class ReportFeed:
             await asyncio.sleep(self._every)
 
 
-async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, cell: Cell,
+async def bridge_outage(pid: int, start: float, outage: tuple[float, float]) -> None:
+    """The bridge unreachable for a while: stopped, so connections to it hang and time
+    out as they do behind a dead network path; then continued."""
+    begin, length = outage
+    await asyncio.sleep(max(0.0, start + begin - time.monotonic()))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(length)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+async def run_cell(fleet: Fleet, monitoring: Monitoring | None, cell: Cell,
                    lengths: Lengths, local_pool: str) -> tuple[list[Record], list[Record]]:
     """The Scheduler's records and the local traffic's, once every answer has ended."""
     rng = random.Random(cell.seed)
@@ -230,42 +241,55 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, 
     sched_long = [rng.random() < LONG_SHARE for _ in sched_times]
     local_times = _local_arrivals(local_on, cell.duration_s, rng)
     local_long = [rng.random() < LONG_SHARE for _ in local_times]
+    spread = random.Random(cell.seed + 2)
+    sched_replica = [spread.randrange(cell.replicas) for _ in sched_times]
     decisions = random.Random(cell.seed + 1)
 
+    def clock() -> float:
+        return time.time() + cell.offset_s
+
+    policy_cls = POLICIES[cell.policy]
+    replicas = [policy_cls(capacities, cell.replicas, random.Random(cell.seed + 1 + 1000 * r),
+                           clock) for r in range(cell.replicas)]
     urls = {p.spec.proxy_id: p.proxy_url for p in fleet.pools}
-    own = OwnRequests()
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=300)) as session:
-        feed = None
         feeds: list[asyncio.Task[None]] = []
-        if monitoring is not None:
-            if cell.ttl_s is None:
-                raise ValueError(f"a cell read at a {monitoring.interval_s:g} s interval "
-                                 "needs the bridge's cache TTL")
-            feed = SnapshotFeed(SchedulerBridgeClient(monitoring.bridge_url, session),
-                                cell.ttl_s, cell.delay_s)
-            feeds.append(asyncio.create_task(feed.run()))
-        live = LiveReader(fleet, session)
-        reports = ReportFeed(fleet, session, HEARTBEAT_S)
-        if policy.reads_reports:
+        if policy_cls.reads_summary:
+            if monitoring is None or cell.ttl_s is None:
+                raise ValueError(f"{cell.policy} reads the summary: it needs the bridge and "
+                                 "its cache TTL")
+            feeds += [asyncio.create_task(summary_feed(
+                SchedulerBridgeClient(monitoring.bridge_url, session), policy, cell.ttl_s))
+                for policy in replicas]
+        reporting = {p: urls[p] for p in (cell.reporting or urls)}
+        reports = ReportFeed(reporting, session, HEARTBEAT_S, replicas, clock)
+        if policy_cls.reads_reports:
             feeds.append(asyncio.create_task(reports.run()))
+        live = LiveReader(fleet, session)
         # The first decision is made on what a running Scheduler would hold, never on
         # nothing: the feeds' first reads come before the first arrival.
-        await _until(lambda: (feed is None or bool(feed.current()))
-                     and (not policy.reads_reports or len(reports.reports) == len(urls)),
-                     FEED_WARMUP_S + cell.delay_s, feeds)
+        await _until(lambda: (not policy_cls.reads_summary
+                              or all(r.snapshot is not None for r in replicas))
+                     and (not policy_cls.reads_reports or reports.received == set(reporting)),
+                     FEED_WARMUP_S, feeds)
         start = time.monotonic()
+        if cell.outage is not None:
+            if monitoring is None:
+                raise ValueError("a bridge outage needs the bridge")
+            feeds.append(asyncio.create_task(
+                bridge_outage(monitoring.bridge_pid, start, cell.outage)))
         records: list[Record] = []
         local: list[Record] = []
         senders: list[asyncio.Task[None]] = []
 
-        async def routed(record: Record) -> None:
+        async def routed(record: Record, done: Done) -> None:
             try:
                 await send(session, urls[record.pool], lengths.tokens(record.long), record,
                            start)
             finally:
-                own.finished(record.pool)
+                done(record.status in REFUSED)
 
         async def local_stream() -> None:
             for t, long in zip(local_times, local_long, strict=True):
@@ -277,16 +301,12 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, 
 
         local_task = asyncio.create_task(local_stream())
         try:
-            for t, long in zip(sched_times, sched_long, strict=True):
+            for t, long, r in zip(sched_times, sched_long, sched_replica, strict=True):
                 await asyncio.sleep(max(0.0, start + t - time.monotonic()))
-                held = feed.current() if feed else []
-                snapshot, received = held[-1][1] if held else None, held[-1][0] if held else 0.0
-                pool = await policy.choose(View(capacities, snapshot, received, own,
-                                                decisions, live, reports.reports))
+                pool, done = await replicas[r].place(View(capacities, decisions, live))
                 record = Record(t, pool, long)
                 records.append(record)
-                own.sent(pool)
-                senders.append(asyncio.create_task(routed(record)))
+                senders.append(asyncio.create_task(routed(record, done)))
             await local_task
             await asyncio.gather(*senders)
         finally:
@@ -297,6 +317,8 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, policy: Policy, 
     return records, local
 
 
+# A Proxy's answers that mean "not now": the picker avoids the pool for a while.
+REFUSED = frozenset({429, 503})
 FEED_WARMUP_S = 30.0
 
 
@@ -349,7 +371,7 @@ async def wait_for_idle_summary(client: SchedulerBridgeClient, pools: Sequence[s
     while time.monotonic() < deadline:
         try:
             snap = await client.snapshot()
-        except (BridgeError, aiohttp.ClientError, TimeoutError):
+        except BridgeError:
             snap = None
         if snap is not None and all(
                 p in snap.pools and snap.pools[p].load.inflight_total == 0

@@ -33,6 +33,9 @@ class Outcome:
     queue_wait: tuple[float, float, float]  # mean, p50, p99
     queued_share: float
     herd: float  # mean over 5 s windows of the largest (share of decisions / share of capacity)
+    # Mean latency of the requests that arrived within a window (a bridge outage); nan
+    # without one.
+    window_mean: float = float("nan")
 
     @property
     def mean_latency(self) -> float:
@@ -56,8 +59,9 @@ def herding(records: Sequence[Record], capacities: Mapping[str, int]) -> float:
     return statistics.fmean(ratios) if ratios else float("nan")
 
 
-def outcome(records: Sequence[Record], lengths: Lengths,
-            capacities: Mapping[str, int]) -> Outcome:
+def outcome(records: Sequence[Record], lengths: Lengths, capacities: Mapping[str, int],
+            window: tuple[float, float] | None = None) -> Outcome:
+    """`window`: (start, length) of the arrivals whose mean latency is also wanted."""
     done = [r for r in records if r.ok and r.first_token is not None]
     if not done:
         raise RuntimeError(f"no request of {len(records)} was answered")
@@ -74,7 +78,17 @@ def outcome(records: Sequence[Record], lengths: Lengths,
         ttft=(percentile(ttft, 50), percentile(ttft, 99)),
         queue_wait=(statistics.fmean(wait), percentile(wait, 50), percentile(wait, 99)),
         queued_share=queued / len(done),
-        herd=herding(records, capacities))
+        herd=herding(records, capacities),
+        window_mean=_window_mean(done, window))
+
+
+def _window_mean(done: Sequence[Record], window: tuple[float, float] | None) -> float:
+    if window is None:
+        return float("nan")
+    begin, length = window
+    inside = [r.end - r.arrival for r in done
+              if r.end is not None and begin <= r.arrival < begin + length]
+    return statistics.fmean(inside) if inside else float("nan")
 
 
 @dataclass(frozen=True)
@@ -88,12 +102,12 @@ class Row:
         interval = "-" if c.interval_s is None else f"{c.interval_s:g}"
         ttl = "-" if c.ttl_s is None else f"{c.ttl_s:g}"
         return (f"{self.backend:<5} {c.arrivals:<7} {c.load:>4.0%} {interval:>3} {ttl:>3} "
-                f"{c.delay_s:>5g} {c.policy:<16} {c.seed:>4} {o.requests:>5} "
+                f"{c.replicas:>3} {c.offset_s:>+5.1f} {c.policy:<16} {c.seed:>4} {o.requests:>5} "
                 f"{o.refused:>4} {o.latency[0]:>6.2f} {o.latency[1]:>6.2f} "
                 f"{o.latency[2]:>6.2f} {o.latency[3]:>6.2f} {o.ttft[0]:>6.2f} "
                 f"{o.ttft[1]:>6.2f} {o.queue_wait[0]:>6.2f} {o.queue_wait[2]:>6.2f} "
-                f"{o.queued_share:>6.1%} {o.herd:>5.2f}")
+                f"{o.queued_share:>6.1%} {o.herd:>5.2f} {o.window_mean:>6.2f}")
 
 
-HEADER = ("back  arrival load int ttl delay policy           seed  reqs refd   mean    p50"
-          "    p95    p99 ttft50 ttft99 qwmean  qw99 queued  herd")
+HEADER = ("back  arrival load int ttl rep  offs policy           seed  reqs refd   mean    p50"
+          "    p95    p99 ttft50 ttft99 qwmean  qw99 queued  herd window")

@@ -25,7 +25,8 @@ def latency_over_time(results: Sequence[tuple[Row, list[Record]]], out: Path) ->
     first_seed = min(row.cell.seed for row, _ in results) if results else 0
     for row, records in results:
         cell = row.cell
-        if abs(cell.load - PLOTTED_LOAD) > 1e-9 or cell.seed != first_seed or cell.delay_s:
+        if (abs(cell.load - PLOTTED_LOAD) > 1e-9 or cell.seed != first_seed or cell.offset_s
+                or cell.replicas != 1):
             continue
         key = (row.backend, cell.policy)
         # A policy that reads no summary has one cell (no interval); else the largest.

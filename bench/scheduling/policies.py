@@ -1,40 +1,44 @@
 """The Scheduler stand-in's policies: how it picks a pool for one request.
 
-Each reads only what its name says: nothing (random, round-robin), the configured
-capacities (weighted), the bridge's summary as a Scheduler reads it (least load,
-least saturation, power of two choices, tracked), the Proxies' load reports as their
-heartbeats would bring them (heartbeat), or every Proxy at the moment of the decision
-(oracle: the limit for this fleet's slots). A pool whose value is
-unknown is skipped, never read as empty; with none known the pick falls back to
-capacity weights. Ties are broken at random, so no pool wins by its name.
+The baselines read only what their name says: nothing (random, round-robin), the
+configured capacities (weighted), the bridge's summary as served (least load, least
+saturation, power of two choices on load_ratio), or every Proxy at the moment of the
+decision (oracle: the limit for this fleet's slots). Every policy that uses the
+summary with the Scheduler's own count, or the Proxies' load reports, is the
+product's picker (poolscope.scheduler_bridge.picker), imported, not restated here: the
+code a Scheduler runs is the code measured. A baseline skips a pool whose value is
+unknown (never read as empty), falls back to capacity weights with none known, and
+breaks ties at random, so no pool wins by its name.
+
+One policy object is one Scheduler replica: it is handed every snapshot and report
+that replica receives, and is told when each of its requests ends.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
-from poolscope.scheduler_bridge.client import BridgeSnapshot, PoolSummary
-from poolscope.scheduler_bridge.own_requests import OwnRequests, measured_at
+from poolscope.scheduler_bridge.client import BridgeError, BridgeSnapshot
+from poolscope.scheduler_bridge.load_report import LoadReport
+from poolscope.scheduler_bridge.picker import Placement, PoolPicker
 
 # The live count of requests each pool holds, read at the decision (the oracle's view);
 # None where a Proxy reports no inflight.
 LiveRead = Callable[[], Awaitable[Mapping[str, float | None]]]
+# Called once when a placed request's answer has ended: whether the pool refused it.
+Done = Callable[[bool], None]
 
 
 @dataclass
 class View:
-    """What a policy may look at for one decision."""
+    """What a baseline may look at for one decision."""
 
     capacities: Mapping[str, int]
-    snapshot: BridgeSnapshot | None  # the newest the Scheduler holds, or None yet
-    received_at: float  # when that snapshot arrived (wall clock)
-    own: OwnRequests
     rng: random.Random
     live: LiveRead
-    # The newest load report of each Proxy (its heartbeat); a missed one is absent.
-    reports: Mapping[str, PoolSummary] = field(default_factory=dict)
 
 
 def _weighted(view: View, among: Sequence[str] | None = None) -> str:
@@ -50,27 +54,8 @@ def _least(view: View, scores: Mapping[str, float | None]) -> str:
     return view.rng.choice(sorted(p for p, s in known.items() if s == best))
 
 
-def _summary_field(view: View, section: str, key: str) -> dict[str, float | None]:
-    pools = view.snapshot.pools if view.snapshot else {}
-    return {p: getattr(getattr(pools[p], section), key) if p in pools else None
-            for p in view.capacities}
-
-
-def _tracked(view: View, scrape_time: bool) -> dict[str, float | None]:
-    """Each pool's load now by OwnRequests, measured at the scrape the summary names, or
-    (scrape_time False) at the rules' evaluation, as a summary without that field allows."""
-    snapshot = view.snapshot
-    scores: dict[str, float | None] = dict.fromkeys(view.capacities)
-    if snapshot is None:
-        return scores
-    for p in view.capacities:
-        pool = snapshot.pools.get(p)
-        if pool is None:
-            continue
-        if not scrape_time:
-            pool = replace(pool, load=replace(pool.load, inflight_sampled_at=None))
-        scores[p] = view.own.load_now(pool, measured_at(pool, snapshot, view.received_at))
-    return scores
+def _no_count(refused: bool) -> None:
+    """A baseline keeps no count of its requests."""
 
 
 class Policy:
@@ -78,8 +63,29 @@ class Policy:
     reads_summary = False
     reads_reports = False
 
+    def __init__(self, capacities: Mapping[str, int], replicas: int, rng: random.Random,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.snapshot: BridgeSnapshot | None = None  # the newest this replica received
+
+    async def place(self, view: View) -> tuple[str, Done]:
+        return await self.choose(view), _no_count
+
     async def choose(self, view: View) -> str:
         raise NotImplementedError
+
+    def summary_received(self, snapshot: BridgeSnapshot) -> None:
+        self.snapshot = snapshot
+
+    def summary_failed(self, error: BridgeError) -> None:
+        """A baseline keeps its last snapshot."""
+
+    def report_received(self, report: LoadReport) -> None:
+        """Only the picker reads load reports."""
+
+    def _summary_field(self, view: View, section: str, key: str) -> dict[str, float | None]:
+        pools = self.snapshot.pools if self.snapshot else {}
+        return {p: getattr(getattr(pools[p], section), key) if p in pools else None
+                for p in view.capacities}
 
 
 class Random(Policy):
@@ -92,7 +98,9 @@ class Random(Policy):
 class RoundRobin(Policy):
     name = "round_robin"
 
-    def __init__(self) -> None:
+    def __init__(self, capacities: Mapping[str, int], replicas: int, rng: random.Random,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(capacities, replicas, rng, clock)
         self._next = 0
 
     async def choose(self, view: View) -> str:
@@ -114,7 +122,7 @@ class LeastLoad(Policy):
     reads_summary = True
 
     async def choose(self, view: View) -> str:
-        return _least(view, _summary_field(view, "load", "load_ratio"))
+        return _least(view, self._summary_field(view, "load", "load_ratio"))
 
 
 class LeastSaturation(Policy):
@@ -122,7 +130,7 @@ class LeastSaturation(Policy):
     reads_summary = True
 
     async def choose(self, view: View) -> str:
-        return _least(view, _summary_field(view, "load", "saturation"))
+        return _least(view, self._summary_field(view, "load", "saturation"))
 
 
 class PowerOfTwo(Policy):
@@ -135,42 +143,8 @@ class PowerOfTwo(Policy):
         first = _weighted(view)
         rest = [p for p in view.capacities if p != first]
         pair = [first, _weighted(view, rest)] if rest else [first]
-        ratios = _summary_field(view, "load", "load_ratio")
+        ratios = self._summary_field(view, "load", "load_ratio")
         return _least(view, {p: ratios[p] for p in pair})
-
-
-class Tracked(Policy):
-    """Least (others' requests when the summary measured them + mine now + 1) / capacity."""
-
-    name = "tracked"
-    reads_summary = True
-    scrape_time = True
-
-    async def choose(self, view: View) -> str:
-        return _least(view, _tracked(view, self.scrape_time))
-
-
-class TrackedAtEvaluation(Tracked):
-    """Tracked, with mine subtracted as of the rules' evaluation instead of the scrape."""
-
-    name = "tracked_eval"
-    scrape_time = False
-
-
-class Heartbeat(Policy):
-    """Tracked on the short path: each Proxy's load report, as its heartbeats would bring
-    it every second, instead of the summary."""
-
-    name = "heartbeat"
-    reads_reports = True
-
-    async def choose(self, view: View) -> str:
-        scores: dict[str, float | None] = {}
-        for p in view.capacities:
-            report = view.reports.get(p)
-            scores[p] = (None if report is None
-                         else view.own.load_now(report, report.load.inflight_sampled_at))
-        return _least(view, scores)
 
 
 class Oracle(Policy):
@@ -184,6 +158,62 @@ class Oracle(Policy):
                              for p, c in view.capacities.items()})
 
 
+class Picker(Policy):
+    """The product's PoolPicker on the summary alone (each pool's load as last measured,
+    plus this replica's own count), told how many replicas share the traffic."""
+
+    name = "picker"
+    reads_summary = True
+    choices: int | None = None
+
+    def __init__(self, capacities: Mapping[str, int], replicas: int, rng: random.Random,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(capacities, replicas, rng, clock)
+        self.picker = PoolPicker(capacities, replicas=replicas, choices=self.choices,
+                                 rng=rng, clock=clock)
+
+    async def place(self, view: View) -> tuple[str, Done]:
+        placement = self.picker.pick()
+
+        def done(refused: bool, placement: Placement = placement) -> None:
+            self.picker.finished(placement, refused=refused)
+        return placement.proxy_id, done
+
+    def summary_received(self, snapshot: BridgeSnapshot) -> None:
+        super().summary_received(snapshot)
+        self.picker.summary_received(snapshot)
+
+    def summary_failed(self, error: BridgeError) -> None:
+        self.picker.summary_failed(error)
+
+
+class PickerWithReports(Picker):
+    """The picker with each Proxy's load report as its heartbeats bring it."""
+
+    name = "picker_heartbeat"
+    reads_reports = True
+
+    def report_received(self, report: LoadReport) -> None:
+        self.picker.report_received(report)
+
+
+class PickerTwoChoices(Picker):
+    """The picker on the summary, each decision between two pools drawn by capacity."""
+
+    name = "picker_p2c"
+    choices = 2
+
+
+class PickerUnaware(Picker):
+    """The picker on the summary, not told of the other replicas (replicas=1)."""
+
+    name = "picker_unaware"
+
+    def __init__(self, capacities: Mapping[str, int], replicas: int, rng: random.Random,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(capacities, 1, rng, clock)
+
+
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
-    Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Tracked,
-    TrackedAtEvaluation, Heartbeat, Oracle)}
+    Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Oracle, Picker,
+    PickerWithReports, PickerTwoChoices, PickerUnaware)}

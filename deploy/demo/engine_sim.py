@@ -16,7 +16,8 @@ batch and queue are full), GET /metrics, GET /health, and for tests
 GET|POST /admin/fault {"mode": "none"|"hang"|"error500"|"garbage"}, which
 changes how /metrics answers, and vLLM's sleep mode endpoints: POST /sleep?level=1|2,
 POST /wake_up, GET /is_sleeping. Asleep, it refuses requests (503) and its /metrics
-says so in `vllm:engine_sleep_state`, beside the zeros an idle engine reads.
+says so in `vllm:engine_sleep_state`, beside the zeros an idle engine reads; its
+heartbeats tell its Proxy too (admission_state "asleep").
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from deploy.demo.sim_scheduler import (
     SimRequest,
     Ticket,
 )
+from poolscope.exporters.instance.admission import AdmissionState
 from poolscope.service.argtypes import (
     OneLineErrorParser,
     host_port,
@@ -274,6 +276,11 @@ class SimulatedEngine:
     async def _is_sleeping(self, request: web.Request) -> web.Response:
         return web.json_response({"is_sleeping": self.sleep.level > 0})
 
+    def admission_state(self) -> str | None:
+        """What the engine tells its Proxy of its admission: asleep while its sleep mode
+        is on, else nothing (judging load is the Instance exporter's work)."""
+        return AdmissionState.ASLEEP.value if self.sleep.level else None
+
 
 def _usage(req: SimRequest) -> dict[str, int]:
     return {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.output_tokens,
@@ -316,7 +323,7 @@ async def serve(engine: SimulatedEngine, host: str, port: int,
         if registration is not None:
             if not registration.engine_url:
                 registration = replace(registration, engine_url=url)
-            registrar = Registrar(registration)
+            registrar = Registrar(registration, engine.admission_state)
             await registrar.start()
         await stop.wait()
     finally:

@@ -7,11 +7,12 @@
 
 Data plane: POST /v1/chat/completions (OpenAI; `stream: true` relays SSE).
 Control plane (Instances call it): POST /v1/instance/register {instance_id,
-url, capacity}, /heartbeat {instance_id}, /deregister {instance_id},
-/resource_snapshot {instance_id, snapshot}; GET /v1/instance/list
-[?include_dead=true]. Also GET /metrics, GET /healthz, and GET /v1/pool_load: the
-load report a Proxy attaches to its heartbeats to the Scheduler (this demo has no
-Scheduler to send them to, so one asks).
+url, capacity[, admission_state]}, /heartbeat {instance_id[, admission_state]},
+/deregister {instance_id}, /resource_snapshot {instance_id, snapshot}; GET
+/v1/instance/list [?include_dead=true]. Also GET /metrics, GET /healthz, and GET
+/v1/pool_load: the load report a Proxy attaches to its heartbeats to the Scheduler
+(this demo has no Scheduler to send them to, so one asks; docs/design.md, "The load
+report").
 
 The Proxy publishes no QPS: Prometheus derives it with rate() from
 poolscope_proxy_requests_total.

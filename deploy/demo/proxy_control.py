@@ -1,5 +1,10 @@
 """The demo Proxy's control plane: Instances register, heartbeat, report, leave.
 
+A register or heartbeat body may carry the Instance's `admission_state` (one of the
+catalog's ADMISSION_STATES): each restates it, and a body without it states none, so
+a state the Instance stopped stating never lingers. The load report leaves asleep
+members' capacity out.
+
 Malformed input is answered with 400 and a reason and changes nothing; an
 unknown instance_id is 404, which tells an Instance whose Proxy restarted to
 register again.
@@ -13,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from poolscope.exporters.proxy import Instance, InstanceRegistry
+from poolscope.exporters.proxy.registry import admission_state
 
 
 class BadRequest(Exception):
@@ -33,6 +39,13 @@ def _capacity(body: dict[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadRequest("`capacity` must be a positive integer or null")
     return value
+
+
+def _admission_state(body: dict[str, Any]) -> str | None:
+    try:
+        return admission_state(body.get("admission_state"))
+    except ValueError as e:
+        raise BadRequest(str(e)) from e
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -76,19 +89,23 @@ class ControlPlane:
             url = _text(body, "url")
             if not url.startswith(("http://", "https://")):
                 raise BadRequest("`url` must be an http(s) base URL")
-            instance = self._registry.register(instance_id, url, _capacity(body))
+            capacity, state = _capacity(body), _admission_state(body)
         except BadRequest as e:
             return _bad(e)
+        instance = self._registry.register(instance_id, url, capacity)
+        self._registry.set_admission_state(instance_id, state)
         self._on_change()
         return web.json_response({"status": "ok", "instance": self._describe(instance)})
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         try:
-            instance_id = _text(await _body(request), "instance_id")
+            body = await _body(request)
+            instance_id, state = _text(body, "instance_id"), _admission_state(body)
         except BadRequest as e:
             return _bad(e)
         if not self._registry.heartbeat(instance_id):
             return _unknown(instance_id)
+        self._registry.set_admission_state(instance_id, state)
         self._on_change()
         return web.json_response({"status": "ok"})
 
@@ -124,6 +141,7 @@ class ControlPlane:
             "instance_id": instance.instance_id,
             "url": instance.url,
             "capacity": instance.capacity,
+            "admission_state": instance.admission_state,
             "alive": self._registry.is_alive(instance),
             "heartbeat_age_s": self._registry.heartbeat_age(instance),
             "last_resource_report_at": instance.last_resource_report_time,

@@ -6,9 +6,13 @@ and the engine registers again whenever the Proxy stops recognising it (a
 heartbeat answered 404, e.g. after a Proxy restart) or cannot be reached.
 
 Control-plane API (implemented by deploy/demo/proxy.py):
-    POST {url}/v1/instance/register   {"instance_id", "url", "capacity"}
-    POST {url}/v1/instance/heartbeat  {"instance_id"}
+    POST {url}/v1/instance/register   {"instance_id", "url", "capacity"[, "admission_state"]}
+    POST {url}/v1/instance/heartbeat  {"instance_id"[, "admission_state"]}
     POST {url}/v1/instance/deregister {"instance_id"}
+
+The admission state, when the engine states one, rides on every registration and
+heartbeat, so the Proxy learns of a sleep within one heartbeat and forgets it once the
+engine stops stating it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +47,10 @@ class RegistrationConfig:
 class Registrar:
     """Keeps one engine registered and heartbeating until `stop()`."""
 
-    def __init__(self, config: RegistrationConfig) -> None:
+    def __init__(self, config: RegistrationConfig,
+                 admission_state: Callable[[], str | None] = lambda: None) -> None:
         self.config = config
+        self._admission_state = admission_state  # read at each registration and heartbeat
         self.registered = False
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -83,7 +90,8 @@ class Registrar:
                     delay = min(delay * 2, self.config.retry_max)
                     continue
             await asyncio.sleep(self.config.heartbeat_interval)
-            status = await self._post("heartbeat", {"instance_id": self.config.instance_id})
+            status = await self._post("heartbeat", self._stated(
+                {"instance_id": self.config.instance_id}))
             if status is None or status == 404:
                 # Unreachable or forgotten: a Proxy that comes back has lost its
                 # registry, so heartbeats alone would never make us known again.
@@ -92,8 +100,13 @@ class Registrar:
                 log.warning("heartbeat for %s answered %d", self.config.instance_id, status)
 
     def _registration(self) -> dict[str, Any]:
-        return {"instance_id": self.config.instance_id, "url": self.config.engine_url,
-                "capacity": self.config.capacity}
+        return self._stated({"instance_id": self.config.instance_id,
+                             "url": self.config.engine_url, "capacity": self.config.capacity})
+
+    def _stated(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` with the engine's admission state, when it states one."""
+        state = self._admission_state()
+        return body if state is None else {**body, "admission_state": state}
 
     async def _post(self, verb: str, payload: dict[str, Any]) -> int | None:
         """The HTTP status, or None when the Proxy could not be reached."""

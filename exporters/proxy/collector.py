@@ -34,27 +34,28 @@ from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.dispatch import DispatchTracker
 from poolscope.exporters.proxy.queues import REJECTION_REASONS, QueueMetrics
 from poolscope.exporters.proxy.registry import Instance, InstanceRegistry
+from poolscope.exporters.proxy.report import (
+    awake,
+    pool_admission_state,
+    queue_depth_path,
+    shape,
+)
 
 log = logging.getLogger(__name__)
 
 COLLECTOR_NAME = "proxy"
 
 
-# The pool summary's schema (poolscope.bridge.summary.SCHEMA_VERSION), which the load
-# report is a part of; the exporters do not import the bridges.
-REPORT_SCHEMA_VERSION = 1
-
-
 def _inflight(instances: Sequence[Instance]) -> float:
     return float(sum(i.dispatch.inflight for i in instances))
 
 
-def _capacity(instances: Sequence[Instance], alive: Sequence[Instance]) -> float | None:
-    """The alive Instances' configured sum, a measured 0 when none is alive (a dead
-    Instance offers nothing). None when none is configured, or when an alive one is
-    not: its capacity is unknown here, not 0, and the Instance exporters' figures stand
-    in (rules/proxy_pool.yml)."""
-    configured = [i.capacity for i in alive]
+def _capacity(instances: Sequence[Instance], serving: Sequence[Instance]) -> float | None:
+    """The configured sum of the `serving` Instances (the alive ones; for the load report,
+    those of them awake), a measured 0 when none serves (a dead Instance offers nothing).
+    None when none is configured, or when a serving one is not: its capacity is unknown
+    here, not 0, and the Instance exporters' figures stand in (rules/proxy_pool.yml)."""
+    configured = [i.capacity for i in serving]
     if (any(i.capacity is not None for i in instances)
             and all(v is not None for v in configured)):
         return float(sum(v for v in configured if v is not None))
@@ -131,28 +132,24 @@ class ProxyCollector(Collector):
         return instances, [i for i in instances if self._registry.is_alive(i, now)]
 
     def load_report(self) -> dict[str, Any]:
-        """The pool's load read now, shaped as the pool summary with only the `load` fields
-        this Proxy measures itself: what it holds in flight and in its lines, its
-        configured capacity, and when it read them (`inflight_sampled_at`).
+        """The pool's load read now (poolscope.exporters.proxy.report): what this Proxy
+        holds in flight and in its lines, the configured capacity of its alive members
+        that are not asleep, the best admission state they state, and when it read them
+        (`inflight_sampled_at`, its own wall clock, as `generated_at`).
 
-        The short path for the few fields a Scheduler ranks pools by: a Proxy attaches it
-        to its heartbeats, so the Scheduler sees load that it did not send about one
-        heartbeat late instead of one scrape plus one rule evaluation late
-        (docs/scheduling.md measures both). The typed client parses it as a summary.
-        Raises what reading the state raises: a heartbeat then carries no load, never
-        a made-up one.
+        Its capacity leaves asleep members out as the summary's rules do; the /metrics
+        series does not, since the rules subtract them from it. Raises what reading the
+        state raises: a heartbeat then carries no load, never a made-up one.
         """
         read_at = self._clock.time()
         instances, alive = self._members(self._clock.monotonic())
-        load: dict[str, float] = {"inflight_total": _inflight(instances)}
-        capacity = _capacity(instances, alive)
-        if capacity is not None:
-            load["capacity"] = capacity
-        for q in self.queues:
-            load[f"{q.name}_queue_depth"] = float(q.depth())
-        load["inflight_sampled_at"] = read_at
-        return {"schema_version": REPORT_SCHEMA_VERSION, "proxy_id": self.proxy_id,
-                "generated_at": read_at, "load": load}
+        return shape(self.proxy_id, read_at, {
+            "load.inflight_total": _inflight(instances),
+            "load.capacity": _capacity(instances, awake(alive)),
+            **{queue_depth_path(q.name): float(q.depth()) for q in self.queues},
+            "load.inflight_sampled_at": read_at,
+            "health.pool_admission_state": pool_admission_state(alive),
+        })
 
     def _instance_families(self) -> Sequence[Metric]:
         f = {fam: fam.new() for fam in (

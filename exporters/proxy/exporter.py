@@ -4,6 +4,7 @@
     exporter.add_queue("prepare", depth=lambda: len(prepare_queue), capacity=64)
     exporter.register_into(registry)           # a prometheus_client CollectorRegistry
     exporter.instances.register("i-1", "http://10.0.0.5:8000", capacity=8)
+    exporter.instances.set_admission_state("i-1", "asleep")  # as the Instance says
     async with exporter.dispatch.request() as req:       # every accepted request
         async with exporter.dispatch.track("i-1") as d:  # its time at the Instance
             ...
@@ -58,7 +59,8 @@ class ProxyExporter:
         return queue
 
     def load_report(self) -> dict[str, Any]:
-        """The pool's load read now, for the Proxy's heartbeats (ProxyCollector.load_report)."""
+        """The pool's load read now, for the Proxy's heartbeats (ProxyCollector.load_report;
+        its shape is bridge/schema/load_report.schema.json)."""
         return self.collector.load_report()
 
     def register_into(self, registry: CollectorRegistry) -> None:

@@ -4,6 +4,10 @@ Alive means a heartbeat arrived within `heartbeat_timeout` seconds, measured on
 the monotonic clock when asked, never stored as a flag that a missed timer
 could leave stale. Registration counts as a heartbeat: an Instance that just
 registered has just proven it is there.
+
+An Instance may also state its admission state (exporters/common/catalog.py
+ADMISSION_STATES): the Proxy cannot tell an engine put to sleep from an idle one,
+and the load report leaves asleep members' capacity out, as the pool rules do.
 """
 
 from __future__ import annotations
@@ -12,10 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolscope.exporters.common.catalog import ADMISSION_STATES
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.dispatch import DispatchStats
 
 DEFAULT_HEARTBEAT_TIMEOUT = 10.0
+
+
+def admission_state(value: object) -> str | None:
+    """`value` as an admission state: one of ADMISSION_STATES, or None when it states
+    none. A ValueError names the states, so a control plane can answer it as given."""
+    if value is None or (isinstance(value, str) and value in ADMISSION_STATES):
+        return value
+    raise ValueError(f"admission_state must be one of {', '.join(ADMISSION_STATES)} "
+                     f"or null, not {value!r}")
 
 
 @dataclass
@@ -30,6 +44,8 @@ class Instance:
     last_resource_report_time: float | None = None
     resource_snapshot: Mapping[str, Any] | None = None
     dispatch: DispatchStats = field(default_factory=DispatchStats)
+    # What the Instance last said of its admission (ADMISSION_STATES); None: nothing.
+    admission_state: str | None = None
 
 
 class InstanceRegistry:
@@ -66,6 +82,16 @@ class InstanceRegistry:
         if instance is None:
             return False
         self._beat(instance)
+        return True
+
+    def set_admission_state(self, instance_id: str, state: str | None) -> bool:
+        """Record the admission state the Instance states (None: it states none);
+        False when it is not registered, ValueError for a state not in the catalog."""
+        checked = admission_state(state)
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            return False
+        instance.admission_state = checked
         return True
 
     def report_resources(self, instance_id: str, snapshot: Mapping[str, Any]) -> bool:

@@ -29,7 +29,11 @@ from urllib.parse import quote
 
 import aiohttp
 
-from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient
+from poolscope.scheduler_bridge.client import (
+    BridgeError,
+    BridgeUnreachable,
+    SchedulerBridgeClient,
+)
 from poolscope.scheduler_bridge.idle_instances import ROUTE as IDLE_ROUTE
 from poolscope.scheduler_bridge.status.idle_text import render_idle_text
 from poolscope.scheduler_bridge.status.idle_view import IdleView, parse_idle_view
@@ -113,10 +117,13 @@ async def read_view(client: SchedulerBridgeClient, url: str, pool: str | None,
             return build_view(await client.snapshot())
         doc: Any = await client.get(f"/debug/pool_detail/{quote(pool, safe='')}")
         return build_pool_detail(doc)
+    except BridgeUnreachable as e:
+        raise ReadFailed(f"bridge {url} unreachable: {e.cause or type(e.cause).__name__}"
+                         ) from e
     except BridgeError as e:
+        if e.status is None:
+            raise ReadFailed(f"bridge {url} sent no {what}: {e}") from e
         raise ReadFailed(f"bridge {url} answered {e}") from e
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise ReadFailed(f"bridge {url} unreachable: {e or type(e).__name__}") from e
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ReadFailed(f"bridge {url} sent no {what}: {e!r}") from e
 

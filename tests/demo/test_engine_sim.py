@@ -391,6 +391,30 @@ async def test_forgotten_instance_registers_again() -> None:
     assert cp.calls[2][1]["capacity"] is None
 
 
+async def test_heartbeats_say_asleep_while_the_engine_sleeps() -> None:
+    """The Proxy leaves an asleep member's capacity out of its load report; awake, the
+    engine states nothing (judging its load is the Instance exporter's work)."""
+    cp = ControlPlane()
+
+    def heartbeats_since(mark: int) -> list[dict[str, Any]]:
+        return [body for verb, body in cp.calls[mark:] if verb == "heartbeat"]
+
+    async with engine() as h, control_plane(cp) as url:
+        registrar = Registrar(registration(url), h.engine.admission_state)
+        await registrar.start()
+        await until(lambda: heartbeats_since(0), "a heartbeat")
+        assert (await h.client.post("/sleep?level=1")).status == 200
+        mark = len(cp.calls)
+        await until(lambda: len(heartbeats_since(mark)) >= 2, "two heartbeats asleep")
+        assert heartbeats_since(mark)[-1] == {"instance_id": "i-1", "admission_state": "asleep"}
+        assert (await h.client.post("/wake_up")).status == 200
+        mark = len(cp.calls)
+        await until(lambda: len(heartbeats_since(mark)) >= 2, "two heartbeats awake")
+        assert heartbeats_since(mark)[-1] == {"instance_id": "i-1"}
+        await registrar.stop()
+    assert "admission_state" not in cp.calls[0][1]
+
+
 async def test_proxy_down_at_start_is_retried_until_it_comes_up(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger=sim_registration.__name__)

@@ -13,7 +13,6 @@ import pytest
 from bench.scheduling.fleet import SIM_POOLS, monitoring, running_fleet
 from bench.scheduling.loop import Cell, calibrate, run_cell, wait_for_idle_summary
 from bench.scheduling.outcome import outcome
-from bench.scheduling.policies import POLICIES
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 
 pytestmark = pytest.mark.integration
@@ -37,10 +36,15 @@ async def test_the_closed_loop_routes_by_a_summary_with_its_scrape_time(
                 assert sampled is not None
                 assert sampled <= time.time()
                 assert sampled <= summary.generated_at + 0.001
-            for name in ("tracked", "heartbeat", "oracle"):
-                cell = Cell(name, 0.6, 1.0, "poisson", seed=3, duration_s=6.0, ttl_s=0.5)
-                records, local = await run_cell(fleet, mon, POLICIES[name](), cell, lengths,
-                                                "pool-b")
+            cells = [Cell(name, 0.6, 1.0, "poisson", seed=3, duration_s=6.0, ttl_s=0.5,
+                          replicas=replicas)
+                     for name, replicas in (("picker", 2), ("picker_heartbeat", 1),
+                                            ("oracle", 1))]
+            # The bridge stopped for 3 s of the 6: the picker places every request still.
+            cells.append(Cell("picker", 0.6, 1.0, "poisson", seed=3, duration_s=6.0,
+                              ttl_s=0.5, outage=(1.0, 3.0)))
+            for cell in cells:
+                records, local = await run_cell(fleet, mon, cell, lengths, "pool-b")
                 result = outcome(records, lengths, capacities)
                 assert result.refused == 0, [r.error or r.status for r in records]
                 assert len({r.pool for r in records}) >= 2  # the load was spread

@@ -275,6 +275,7 @@ async def test_resource_snapshot_records_its_time(make_harness: MakeHarness) -> 
     ("/v1/instance/register", {"instance_id": "i", "url": "x"}),
     ("/v1/instance/register", {"instance_id": "i", "url": "http://x", "capacity": 0}),
     ("/v1/instance/register", {"instance_id": "i", "url": "http://x", "capacity": True}),
+    ("/v1/instance/register", {"instance_id": "i", "url": "http://x", "admission_state": 2}),
     ("/v1/instance/heartbeat", {"instance_id": 3}),
     ("/v1/instance/deregister", []),
     ("/v1/instance/resource_snapshot", {"instance_id": "i", "snapshot": [1]}),
@@ -286,6 +287,31 @@ async def test_control_plane_refuses_malformed_input(
     assert resp.status == 400
     assert "error" in await resp.json()
     assert h.exporter.instances.instances() == []
+
+
+async def test_an_instance_states_it_is_asleep_in_its_heartbeats(
+        make_harness: MakeHarness) -> None:
+    """Each heartbeat restates the state: one without it states none, so a woken engine
+    is counted again; a state outside the catalog is refused and changes nothing."""
+    h = await make_harness()
+    resp = await h.client.post("/v1/instance/register", json={
+        "instance_id": "i-1", "url": h.engine_url, "capacity": 4, "admission_state": "asleep"})
+    assert resp.status == 200
+    assert (await resp.json())["instance"]["admission_state"] == "asleep"
+
+    async def report() -> tuple[object, object]:
+        body = await (await h.client.get("/v1/pool_load")).json()
+        return body["load"]["capacity"], body["health"]["pool_admission_state"]
+
+    assert await report() == (0.0, "asleep")
+    bad = await h.client.post("/v1/instance/heartbeat",
+                              json={"instance_id": "i-1", "admission_state": "napping"})
+    assert bad.status == 400 and "accepting" in (await bad.json())["error"]
+    assert await report() == (0.0, "asleep")
+    assert (await h.client.post("/v1/instance/heartbeat",
+                                json={"instance_id": "i-1"})).status == 200
+    assert await report() == (4.0, None)
+    assert h.sample("poolscope_proxy_pool_capacity_requests", source="configured") == 4.0
 
 
 async def test_malformed_chat_request_is_400_and_not_counted(make_harness: MakeHarness) -> None:

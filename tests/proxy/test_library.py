@@ -348,22 +348,92 @@ async def test_the_load_report_holds_what_the_page_publishes_read_at_its_time(
                       "generated_at": clock.now_wall,
                       "load": {"inflight_total": 2.0, "capacity": 6.0,
                                "prepare_queue_depth": 0.0, "ready_queue_depth": 3.0,
-                               "inflight_sampled_at": clock.now_wall}}
+                               "inflight_sampled_at": clock.now_wall},
+                      "health": {"pool_admission_state": None}}
     summary = parse_pool(report)
     assert (summary.load.inflight_total, summary.load.ready_queue_depth) == (2.0, 3.0)
     assert summary.load.load_ratio is None  # not on this path: unknown, never 0
 
 
-def test_the_load_report_leaves_out_what_the_proxy_does_not_know(
+def test_the_load_report_nulls_what_the_proxy_does_not_know(
         exporter: ProxyExporter, clock: FakeClock) -> None:
-    """No configured capacity and no queues: those keys are absent, not 0."""
+    """No configured capacity, no queues, no stated admission: null, never 0."""
     exporter.instances.register("a", "http://a")
     report = exporter.load_report()
-    assert report["load"] == {"inflight_total": 0.0, "inflight_sampled_at": clock.now_wall}
+    assert report["load"] == {"inflight_total": 0.0, "capacity": None,
+                              "prepare_queue_depth": None, "ready_queue_depth": None,
+                              "inflight_sampled_at": clock.now_wall}
+    assert report["health"] == {"pool_admission_state": None}
 
 
 def test_the_load_report_is_of_the_summarys_schema_version() -> None:
     """The exporters do not import the bridges; the version is kept equal here."""
     from poolscope.bridge.summary import SCHEMA_VERSION
-    from poolscope.exporters.proxy.collector import REPORT_SCHEMA_VERSION
+    from poolscope.exporters.proxy.report import REPORT_SCHEMA_VERSION
     assert REPORT_SCHEMA_VERSION == SCHEMA_VERSION
+
+
+# --- admission states: asleep members offer no capacity in the report ----------
+
+def _pool(exporter: ProxyExporter, **states: str | None) -> None:
+    """Members a (capacity 4) and b (capacity 2), each stating its given state."""
+    for instance_id, capacity in (("a", 4), ("b", 2)):
+        exporter.instances.register(instance_id, f"http://{instance_id}", capacity)
+        assert exporter.instances.set_admission_state(instance_id, states.get(instance_id))
+
+
+def test_an_asleep_member_leaves_the_reports_capacity_but_not_the_pages(
+        exporter: ProxyExporter, metrics: CollectorRegistry) -> None:
+    """The rules subtract asleep members from the page's series themselves
+    (rules/proxy_pool.yml), so only the report leaves them out."""
+    _pool(exporter, a="accepting", b="asleep")
+    report = exporter.load_report()
+    assert report["load"]["capacity"] == 4.0
+    assert report["health"]["pool_admission_state"] == "accepting"
+    assert value(metrics, catalog.POOL_CAPACITY.name, source="configured") == 6.0
+
+
+def test_a_pool_all_asleep_reports_a_measured_zero_capacity(exporter: ProxyExporter) -> None:
+    _pool(exporter, a="asleep", b="asleep")
+    report = exporter.load_report()
+    assert (report["load"]["capacity"], report["health"]["pool_admission_state"]) == (
+        0.0, "asleep")
+
+
+@pytest.mark.parametrize("state", [None, "unknown", "draining", "saturated"])
+def test_a_member_not_asleep_keeps_its_capacity(exporter: ProxyExporter,
+                                                state: str | None) -> None:
+    """Stating no state, or any but asleep, leaves the capacity as the page's."""
+    _pool(exporter, a=state, b=state)
+    report = exporter.load_report()
+    assert (report["load"]["capacity"], report["health"]["pool_admission_state"]) == (
+        6.0, state)
+
+
+@pytest.mark.parametrize(("a", "b", "best"), [
+    ("degraded", "asleep", "degraded"), ("draining", "asleep", "asleep"),
+    ("asleep", None, None), ("accepting", None, None)])
+def test_the_reports_admission_state_is_the_best_once_every_member_states_one(
+        exporter: ProxyExporter, a: str | None, b: str | None, best: str | None) -> None:
+    """A member that states none may offer better than the others: unknown, not asleep."""
+    _pool(exporter, a=a, b=b)
+    assert exporter.load_report()["health"]["pool_admission_state"] == best
+
+
+def test_a_dead_member_counts_for_neither_capacity_nor_state(
+        exporter: ProxyExporter, clock: FakeClock) -> None:
+    _pool(exporter, a="asleep", b="degraded")
+    clock.advance(3.5)  # both late
+    exporter.instances.heartbeat("a")
+    report = exporter.load_report()
+    assert (report["load"]["capacity"], report["health"]["pool_admission_state"]) == (
+        0.0, "asleep")
+
+
+def test_the_registry_refuses_a_state_outside_the_catalog(exporter: ProxyExporter) -> None:
+    exporter.instances.register("a", "http://a")
+    assert exporter.instances.set_admission_state("a", "asleep")
+    with pytest.raises(ValueError, match="admission_state must be one of accepting"):
+        exporter.instances.set_admission_state("a", "sleepy")
+    assert exporter.instances.get("a").admission_state == "asleep"  # type: ignore[union-attr]
+    assert not exporter.instances.set_admission_state("nobody", "asleep")

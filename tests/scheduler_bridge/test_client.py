@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient, parse_snapshot
 from poolscope.service.auth import Access
@@ -76,3 +77,38 @@ def test_parse_tolerates_added_and_missing_fields() -> None:
     assert old.utilization.cpu_avg is None
     assert old.health.data_quality == "missing"
     assert old.metric_source.inflight == "unknown"
+
+
+async def test_an_ingress_page_a_dead_port_and_a_wrong_body_are_one_exception() -> None:
+    """What stands between the Scheduler and the bridge answers in its own ways: each
+    reaches the Scheduler as a BridgeError that says what came, never as a
+    JSONDecodeError or a raw transport error."""
+    async def ingress(_: web.Request) -> web.Response:
+        return web.Response(status=503, text="<html><body>503 Service Unavailable</body>"
+                            "</html>", content_type="text/html")
+
+    async def wrong(_: web.Request) -> web.Response:
+        return web.json_response({"pools": "none"})
+
+    app = web.Application()
+    app.router.add_get("/ingress/debug/proxy_pool_resources", ingress)
+    app.router.add_get("/wrong/debug/proxy_pool_resources", wrong)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            base = f"http://127.0.0.1:{port}"
+            with pytest.raises(BridgeError) as html:
+                await SchedulerBridgeClient(f"{base}/ingress", session).snapshot()
+            assert html.value.status == 503 and "Service Unavailable" in str(html.value)
+            with pytest.raises(BridgeError) as body:
+                await SchedulerBridgeClient(f"{base}/wrong", session).snapshot()
+            assert body.value.status is None and "not a pool snapshot" in str(body.value)
+            with pytest.raises(BridgeError) as dead:
+                await SchedulerBridgeClient(f"http://127.0.0.1:{free_port()}",
+                                            session).snapshot()
+            assert dead.value.status is None and "ClientConnectorError" in str(dead.value)
+    finally:
+        await runner.cleanup()

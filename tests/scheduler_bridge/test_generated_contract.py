@@ -1,5 +1,5 @@
-"""The JSON Schema and the client's dataclasses are rendered from fields.py, and a new
-field needs nothing but its entry there (plus its rule and its test): the schema, the
+"""The JSON Schemas and the client's dataclasses are rendered from fields.py, and a new
+field needs nothing but its entry there (plus its rule and its test): the schemas, the
 client and the Proxy bridge's diagnosis all follow from it."""
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from poolscope.bridge import contract, fields
 from poolscope.bridge.fields import Classification, Field, Input, Kind
 from poolscope.bridge.local_view import LocalView
 from poolscope.bridge.pool_series import PoolSeries
-from poolscope.bridge.schema import POOL_SUMMARY
+from poolscope.bridge.schema import LOAD_REPORT, POOL_SUMMARY, load_report_schema
 from poolscope.bridge.summary import build_summaries, parse_value
 from poolscope.exporters.common import catalog as c
+from poolscope.exporters.proxy import ProxyExporter
+from poolscope.exporters.proxy.report import REPORT_PATHS
 from poolscope.proxy_bridge import diagnosis
 from poolscope.scheduler_bridge import client
 from tests.proxy_bridge.pool_data import Inst, raw_series
@@ -49,6 +51,53 @@ def test_the_committed_schema_is_rendered_from_fields_py() -> None:
 def test_the_committed_client_fields_are_rendered_from_fields_py() -> None:
     assert CLIENT_FIELDS.read_text() == contract.render_client(), (
         f"{CLIENT_FIELDS} drifted from fields.py: run `make generate`")
+
+
+def test_the_committed_load_report_schema_is_rendered_from_fields_py() -> None:
+    assert LOAD_REPORT.read_text() == contract.render_report_schema(), (
+        f"{LOAD_REPORT} drifted from fields.py: run `make generate`")
+
+
+def _exporter(*, everything: bool) -> ProxyExporter:
+    """A Proxy that measures every field of its report, or one that knows least."""
+    exporter = ProxyExporter(PID)
+    exporter.instances.register("i-1", "http://i-1", capacity=4 if everything else None)
+    if everything:
+        exporter.instances.set_admission_state("i-1", "accepting")
+        for queue in c.QUEUES:
+            exporter.add_queue(queue, lambda: 0)
+    return exporter
+
+
+@pytest.mark.parametrize("everything", [True, False])
+def test_a_real_load_report_is_valid_and_of_exactly_the_schemas_fields(
+        everything: bool) -> None:
+    """What the collector can emit is what the schema declares, null where unmeasured."""
+    schema = load_report_schema()
+    Draft202012Validator.check_schema(schema)
+    report = _exporter(everything=everything).load_report()
+    Draft202012Validator(schema).validate(report)
+    declared = {f"{s}.{k}" for s, props in schema["properties"].items()
+                for k in props.get("properties", ())}
+    emitted = {f"{s}.{k}": v for s in ("load", "health") for k, v in report[s].items()}
+    assert set(emitted) == declared == set(REPORT_PATHS)
+    assert (None not in emitted.values()) is everything
+
+
+def test_the_load_reports_fields_have_the_summarys_schemas() -> None:
+    """Taken from the same entries: a field's type and meaning are the summary's."""
+    summary, report = contract.schema(), contract.report_schema()
+    for path in REPORT_PATHS:
+        section, _, key = path.partition(".")
+        ours = report["properties"][section]["properties"][key]
+        theirs = summary["properties"][section]["properties"][key]
+        assert ours["description"] == theirs["description"], path
+        assert set(_types(ours)) <= set(_types(theirs)), path
+
+
+def _types(field_schema: dict[str, Any]) -> list[str]:
+    kind = field_schema["type"]
+    return kind if isinstance(kind, list) else [kind]
 
 
 def test_every_input_a_field_can_name_has_a_diagnosis() -> None:

@@ -90,7 +90,8 @@ async def test_the_envelope_keeps_no_age_the_headers_say_it(
     clock.now += 2.25
     later, same = await fetch(bridge, POOLS)
     assert same == body and later["ETag"] == first["ETag"]
-    assert list(orjson.loads(body)) == ["schema_version", "generated_at", "stale", "pools"]
+    assert list(orjson.loads(body)) == ["schema_version", "generated_at", "rollups_at", "stale",
+                                    "pools"]
     assert (first["Age"], first["X-Poolscope-Age-S"]) == ("0", "0.000")
     assert (later["Age"], later["X-Poolscope-Age-S"]) == ("2", "2.250")
 

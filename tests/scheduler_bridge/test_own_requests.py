@@ -27,12 +27,12 @@ def pool(proxy_id: str = "a", **load: float | None) -> PoolSummary:
 def own_with_history(clock: Clock) -> OwnRequests:
     """Two sent at 1000, one more at 1005, one of the three finished at 1010."""
     own = OwnRequests(clock=clock)
-    own.sent("a")
+    first = own.sent("a")
     own.sent("a")
     clock.now = 1005.0
     own.sent("a")
     clock.now = 1010.0
-    own.finished("a")
+    own.finished(first)
     return own
 
 
@@ -92,30 +92,52 @@ def test_a_pool_idle_for_long_still_knows_its_count_a_horizon_back() -> None:
     """The last change before the horizon holds the count from then on: a pool last used
     long ago has had 0 of mine in flight all the while, which is known, not forgotten."""
     clock = Clock(0.0)
-    own = OwnRequests(horizon_s=300.0, clock=clock)
-    own.sent("a")
+    own = OwnRequests(horizon_s=300.0, clock=clock, request_timeout_s=5000.0)
+    ticket = own.sent("a")
     clock.now = 1.0
-    own.finished("a")
+    own.finished(ticket)
     clock.now = 1000.0
     own.sent("a")
     assert [own.in_flight("a", t) for t in (700.0, 995.0, 999.9, 1000.0)] == [0, 0, 0, 1]
     assert own.in_flight("a", 0.5) is None
 
 
-def test_finished_without_sent_is_refused() -> None:
+def test_a_ticket_is_finished_once() -> None:
     own = OwnRequests(clock=Clock())
-    with pytest.raises(ValueError, match="without sent"):
-        own.finished("a")
-    own.sent("a")
-    own.finished("a")
-    with pytest.raises(ValueError, match="without sent"):
-        own.finished("a")
+    ticket = own.sent("a")
+    assert own.finished(ticket) is True
+    with pytest.raises(ValueError, match="twice"):
+        own.finished(ticket)
+    with pytest.raises(ValueError, match="another OwnRequests"):
+        OwnRequests(clock=Clock()).finished(own.sent("b"))
 
 
-def test_measured_at_prefers_the_scrape_the_summary_names() -> None:
-    snapshot = BridgeSnapshot(generated_at=1000.0, stale=False, age_s=4.0, pools={})
-    scraped = pool(inflight_total=1.0, inflight_sampled_at=993.5)
-    assert measured_at(scraped, snapshot, received_at=1001.0) == 993.5
+def test_a_request_never_finished_expires_counted_and_its_pool_is_forgotten() -> None:
+    clock = Clock()
+    own = OwnRequests(horizon_s=60.0, clock=clock, request_timeout_s=100.0)
+    lost, kept = own.sent("a"), own.sent("b")
+    clock.now += 50.0
+    own.finished(kept)
+    clock.now += 51.0
+    assert (own.mine_now("a"), own.expired) == (0, 1)
+    assert own.in_flight("a", 1050.0) == 1  # it was in flight then
+    assert own.finished(lost) is False and own.expired == 1
+    # Nothing of a or b in flight and no change within the horizon: both forgotten.
+    clock.now += 70.0
+    own.sent("c")
+    assert own.pools() == 1 and own.in_flight("a", clock.now - 1) == 0
+
+
+def test_measured_at_counts_back_from_the_receive_time_by_ages_on_one_clock() -> None:
+    """Evaluated 4 s before it arrived (the bridge's age), scraped 2.5 s before that
+    (Prometheus' instants, on a clock 500 s off this one): 6.5 s before 1001."""
+    snapshot = BridgeSnapshot(generated_at=1500.1, stale=False, age_s=4.0, pools={},
+                              rollups_at=1500.0)
+    scraped = pool(inflight_total=1.0, inflight_sampled_at=1497.5)
+    assert measured_at(scraped, snapshot, received_at=1001.0) == 994.5
+    # An older bridge says no rollups_at: its generated_at stands in.
+    older = replace(snapshot, rollups_at=None)
+    assert measured_at(scraped, older, received_at=1001.0) == pytest.approx(994.4)
     unnamed = replace(scraped, load=replace(scraped.load, inflight_sampled_at=None))
     assert measured_at(unnamed, snapshot, received_at=1001.0) == 997.0
     ageless = replace(snapshot, age_s=None)
