@@ -108,7 +108,7 @@ class OwnRequests:
 
     def sent(self, proxy_id: str) -> Ticket:
         now = self._clock()
-        self._expire(now)
+        self.expire(now)
         ticket = Ticket(next(self._numbers), proxy_id, now)
         self._open[ticket.number] = ticket
         self._change(proxy_id, +1, now)
@@ -124,7 +124,9 @@ class OwnRequests:
         self._change(ticket.proxy_id, -1, self._clock())
         return True
 
-    def _expire(self, now: float) -> None:
+    def expire(self, now: float) -> None:
+        """Forget the requests sent `request_timeout_s` before `now` and not finished
+        (each counted in `expired`), and every pool idle for the horizon."""
         cutoff = now - self._timeout
         while self._open:
             oldest = next(iter(self._open.values()))
@@ -163,7 +165,12 @@ class OwnRequests:
         return history.at(at)
 
     def mine_now(self, proxy_id: str) -> int:
-        self._expire(self._clock())
+        self.expire(self._clock())
+        return self.count(proxy_id)
+
+    def count(self, proxy_id: str) -> int:
+        """Mine in flight as last counted, without first forgetting expired requests:
+        for many pools at one instant, after one `expire`."""
         history = self._pools.get(proxy_id)
         return 0 if history is None else history.count
 

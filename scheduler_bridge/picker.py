@@ -31,9 +31,10 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from poolscope.scheduler_bridge.client import (
     BridgeError,
@@ -89,15 +90,26 @@ class PickerStats:
     no_decision: int = 0
 
 
-@dataclass(frozen=True)
-class _Pool:
-    """One pool's view for one decision."""
+class _Candidate(NamedTuple):
+    """A pool that takes requests, for one decision."""
 
-    capacity: float | None
+    proxy_id: str
+    capacity: float
     score: float | None  # (requests now + 1) / capacity; None: no estimate
-    basis: Basis | None
-    accepting: bool
-    refused: bool  # within its refusal backoff (and otherwise accepting)
+    basis: Basis | None  # where the others' part of the score comes from
+    refused: bool  # refused a request lately
+
+
+@dataclass(slots=True)
+class _Measured:
+    """One pool as last measured, worked out once when the measurement arrives: each
+    pick then adds only this Scheduler's own count now."""
+
+    others: float | None  # the pool's requests then, less mine then; None: unknown
+    mine_then: int
+    capacity: float | None  # measured; None: not in this measurement
+    state: str | None  # the pool's admission state, if stated
+    until: float  # too old to rank on from then (this Scheduler's clock)
 
 
 class PoolPicker:
@@ -136,9 +148,8 @@ class PoolPicker:
         self._clock = clock
         self.own = OwnRequests(clock=clock, request_timeout_s=request_timeout_s)
         self.stats = PickerStats()
-        self._snapshot: BridgeSnapshot | None = None
-        self._received_at = 0.0
-        self._reports: dict[str, LoadReport] = {}
+        self._summary: dict[str, _Measured] = {}
+        self._reports: dict[str, _Measured] = {}
         self._refused_until: dict[str, float] = {}
         # The last capacity each pool of the summary had, for when nothing is fresh.
         self._measured_capacity: dict[str, float] = {}
@@ -147,12 +158,17 @@ class PoolPicker:
 
     def summary_received(self, snapshot: BridgeSnapshot, received_at: float | None = None
                          ) -> None:
-        self._snapshot = snapshot
-        self._received_at = self._clock() if received_at is None else received_at
+        received_at = self._clock() if received_at is None else received_at
         # A pool that left the summary is forgotten here too (bounded by the pools now).
-        self._measured_capacity = {p: c for p, c in self._measured_capacity.items()
-                                   if p in snapshot.pools}
-        self._remember_capacities(snapshot.pools.values())
+        self._measured_capacity = {p: self._measured_capacity[p] for p in snapshot.pools
+                                   if p in self._measured_capacity}
+        if snapshot.age_s is None:
+            self._summary = {}
+            return
+        until = received_at - snapshot.age_s + self._summary_max_age
+        self._summary = {p: self._measure(pool, measured_at(pool, snapshot, received_at),
+                                          until)
+                         for p, pool in snapshot.pools.items()}
 
     def summary_failed(self, error: Exception) -> None:
         """The bridge gave nothing: the held snapshot keeps ageing until too old."""
@@ -173,38 +189,42 @@ class PoolPicker:
         """A pool's load report (scheduler_bridge.load_report.receive_report); an older
         one than the report held is ignored."""
         held = self._reports.get(report.proxy_id)
-        if held is None or report.measured_at >= held.measured_at:
-            self._reports[report.proxy_id] = report
-            self._remember_capacities((report.pool,))
+        if held is None or report.measured_at + self._report_max_age >= held.until:
+            self._reports[report.proxy_id] = self._measure(
+                report.pool, report.measured_at, report.measured_at + self._report_max_age)
 
-    def _remember_capacities(self, pools: Iterable[PoolSummary]) -> None:
-        for pool in pools:
-            if pool.load.capacity:
-                self._measured_capacity[pool.proxy_id] = pool.load.capacity
+    def _measure(self, pool: PoolSummary, when: float | None, until: float) -> _Measured:
+        requests = OwnRequests.held(pool)
+        mine_then = None if when is None else self.own.in_flight(pool.proxy_id, when)
+        capacity = pool.load.capacity
+        if capacity:
+            self._measured_capacity[pool.proxy_id] = capacity
+        return _Measured(None if requests is None or mine_then is None
+                         else max(0.0, requests - mine_then),
+                         mine_then or 0, capacity, pool.health.pool_admission_state, until)
 
     # --- the decision ----------------------------------------------------------------
 
     def pick(self) -> Placement:
         """The pool for one request, its ticket taken; raises NoDecision."""
         now = self._clock()
-        view = self._view(now)
-        accepting = {p: v for p, v in view.items() if v.accepting and not v.refused}
-        if not accepting:
-            # Refused a moment ago, but nothing else takes requests: try again there.
-            accepting = {p: v for p, v in view.items() if v.accepting}
-        estimated = {p: v.score for p, v in accepting.items() if v.score is not None}
-        if estimated:
-            proxy_id = self._best(estimated, accepting)
-            basis = accepting[proxy_id].basis or Basis.SUMMARY
+        self.own.expire(now)
+        pools = self._pools(now)
+        accepting = [c for c in pools if not c.refused] or pools
+        capacities = {c.proxy_id: c.capacity for c in accepting}
+        scores = {c.proxy_id: c.score for c in accepting if c.score is not None}
+        if scores:
+            proxy_id = self._best(scores, capacities)
+            basis = next(c.basis for c in accepting if c.proxy_id == proxy_id) or Basis.SUMMARY
         else:
-            own = {p: (self.own.mine_now(p) + 1) / v.capacity
-                   for p, v in accepting.items() if v.capacity}
-            if not own:
+            count = self.own.count
+            scores = {p: (count(p) + 1) / capacity for p, capacity in capacities.items()}
+            if not scores:
                 self.stats.no_decision += 1
-                raise NoDecision("no pool is accepting requests" if view else
+                raise NoDecision("no pool is accepting requests" if self._known() else
                                  "no pool is known: no capacities configured, no summary, "
                                  "no load report")
-            proxy_id, basis = self._best(own, accepting), Basis.OWN_COUNT
+            proxy_id, basis = self._best(scores, capacities), Basis.OWN_COUNT
         self.stats.placed[basis] += 1
         return Placement(proxy_id, basis, self.own.sent(proxy_id))
 
@@ -216,57 +236,55 @@ class PoolPicker:
             self.stats.refused += 1
             self._refused_until[placement.proxy_id] = self._clock() + self._backoff
 
-    def _best(self, scores: Mapping[str, float], pools: Mapping[str, _Pool]) -> str:
+    def _known(self) -> bool:
+        return bool(self._configured or self._summary or self._reports)
+
+    def _pools(self, now: float) -> list[_Candidate]:
+        """Every pool that takes requests. Its score counts the request being placed, so
+        a large pool and a small one at the same ratio are told apart."""
+        for proxy_id in [p for p, m in self._reports.items() if m.until < now]:
+            del self._reports[proxy_id]
+        for proxy_id in [p for p, t in self._refused_until.items() if t <= now]:
+            del self._refused_until[proxy_id]
+        summary = self._summary
+        if summary and next(iter(summary.values())).until < now:
+            summary = self._summary = {}
+        count, replicas, reports = self.own.count, self.replicas, self._reports
+        pools = []
+        for proxy_id in {*self._configured, *summary, *reports}:
+            report, summed = reports.get(proxy_id), summary.get(proxy_id)
+            # The freshest measured capacity (a report may carry none: a gateway's),
+            # else the configured one, else the last the summary had.
+            capacity = (report.capacity if report is not None and report.capacity is not None
+                        else summed.capacity if summed is not None
+                        and summed.capacity is not None
+                        else self._configured.get(proxy_id,
+                                                  self._measured_capacity.get(proxy_id)))
+            state = (report.state if report is not None and report.state is not None
+                     else summed.state if summed is not None else None)
+            if not capacity or state in NOT_ACCEPTING:
+                continue
+            basis, measured = ((Basis.REPORT, report)
+                               if report is not None and report.others is not None
+                               else (Basis.SUMMARY, summed))
+            score = None
+            if measured is not None and measured.others is not None:
+                mine = count(proxy_id)
+                others = measured.others + (replicas - 1) * (mine - measured.mine_then)
+                score = (max(0.0, others) + mine + 1) / capacity
+            pools.append(_Candidate(proxy_id, capacity, score, basis if score is not None
+                                    else None, proxy_id in self._refused_until))
+        return pools
+
+    def _best(self, scores: Mapping[str, float], capacities: Mapping[str, float]) -> str:
         among = list(scores)
         if self._choices is not None and len(among) > self._choices:
-            weights = [pools[p].capacity or 1.0 for p in among]
+            weights = [capacities[p] for p in among]
             drawn: list[str] = []
             while len(drawn) < self._choices:
-                pick = self._rng.choices(among, weights)[0]
-                i = among.index(pick)
+                i = self._rng.choices(range(len(among)), weights)[0]
                 drawn.append(among.pop(i))
                 weights.pop(i)
             among = drawn
         best = min(scores[p] for p in among)
         return self._rng.choice(sorted(p for p in among if scores[p] == best))
-
-    def _view(self, now: float) -> dict[str, _Pool]:
-        snapshot = self._snapshot
-        summary_pools: Mapping[str, PoolSummary] = {}
-        if (snapshot is not None and snapshot.age_s is not None
-                and now - self._received_at + snapshot.age_s <= self._summary_max_age):
-            summary_pools = snapshot.pools
-        for proxy_id in [p for p, r in self._reports.items()
-                         if r.age_s(now) > self._report_max_age]:
-            del self._reports[proxy_id]
-        for proxy_id in [p for p, t in self._refused_until.items() if t <= now]:
-            del self._refused_until[proxy_id]
-        names = {*self._configured, *summary_pools, *self._reports}
-        return {p: self._pool(p, summary_pools.get(p), now) for p in names}
-
-    def _pool(self, proxy_id: str, summary: PoolSummary | None, now: float) -> _Pool:
-        report = self._reports.get(proxy_id)
-        sources = [p for p in (report.pool if report else None, summary) if p is not None]
-        # The freshest measured capacity (a report may carry none: a gateway's), else the
-        # configured one, else the last the summary had.
-        capacity = next((p.load.capacity for p in sources if p.load.capacity is not None),
-                        self._configured.get(proxy_id, self._measured_capacity.get(proxy_id)))
-        state = next((p.health.pool_admission_state for p in sources
-                      if p.health.pool_admission_state is not None), None)
-        score = basis = None
-        if capacity:
-            if report is not None:
-                score, basis = self._score(report.pool, report.measured_at, capacity), \
-                    Basis.REPORT
-            if score is None and summary is not None and self._snapshot is not None:
-                when = measured_at(summary, self._snapshot, self._received_at)
-                score, basis = self._score(summary, when, capacity), Basis.SUMMARY
-        return _Pool(capacity, score, basis if score is not None else None,
-                     accepting=state not in NOT_ACCEPTING and capacity != 0,
-                     refused=proxy_id in self._refused_until)
-
-    def _score(self, pool: PoolSummary, when: float | None, capacity: float) -> float | None:
-        """(requests now + 1) / capacity: the request being placed counted, so a large
-        pool and a small one at the same ratio are told apart."""
-        requests = self.own.requests_now(pool, when, self.replicas)
-        return None if requests is None else (requests + 1) / capacity

@@ -3,7 +3,7 @@
     python -m bench.scheduling [--quick] [--backends sim,llama] [--loads 0.5,0.7,0.9]
         [--intervals 1,2,5] [--policies ...] [--arrivals poisson,bursty]
         [--duration S] [--repeats N] [--cache-ttls 1] [--replicas 1,3]
-        [--offsets -0.5,0,0.5] [--outage START,LENGTH] [--reporting POOL,...]
+        [--offsets=-0.5,0,0.5] [--outage START,LENGTH] [--reporting POOL,...]
         [--json PATH] [--plot PATH]
 
 A closed loop on this machine (bench/scheduling/fleet.py): pools of 8, 4 and 2 slots
@@ -33,15 +33,18 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
 
+from bench.scheduling.argtypes import floats, names, outage, positive_ints
 from bench.scheduling.fleet import (
     LLAMA_POOLS,
+    LOCAL_POOL,
     SIM_POOLS,
+    TOKENS,
     Fleet,
     Monitoring,
     monitoring,
@@ -60,44 +63,6 @@ from bench.scheduling.policies import POLICIES
 from bench.teardown import unwind_on_sigterm
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 
-LOCAL_POOL = "pool-b"
-# Output tokens of a short and a long request, per backend: about 0.5 s and 5 s alone.
-TOKENS = {"sim": (10, 100), "llama": (24, 240)}
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {e}") from e
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas: {e}") from e
-    if not all(v >= 1 for v in values):
-        raise argparse.ArgumentTypeError("expected integers >= 1")
-    return values
-
-
-def _outage(text: str) -> tuple[float, float]:
-    values = _floats(text)
-    if len(values) != 2 or not (values[0] >= 0 and values[1] > 0):
-        raise argparse.ArgumentTypeError("expected START,LENGTH: seconds >= 0 and > 0")
-    return values[0], values[1]
-
-
-def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(text.split(","))
-        unknown = [n for n in names if n not in allowed]
-        if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {list(allowed)}")
-        return names
-    return parse
-
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.scheduling",
@@ -105,21 +70,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="weighted, least_load, picker and oracle at 70%% and 5 s on the "
                         "simulated fleet (about 3 min)")
-    p.add_argument("--backends", type=_names(("sim", "llama")), default=None)
-    p.add_argument("--loads", type=_floats, default=None, help="shares of capacity")
-    p.add_argument("--intervals", type=_floats, default=None,
+    p.add_argument("--backends", type=names(("sim", "llama")), default=None)
+    p.add_argument("--loads", type=floats, default=None, help="shares of capacity")
+    p.add_argument("--intervals", type=floats, default=None,
                    help="scrape and evaluation intervals, seconds")
-    p.add_argument("--policies", type=_names(tuple(POLICIES)), default=None)
-    p.add_argument("--arrivals", type=_names(("poisson", "bursty")), default=("poisson",))
+    p.add_argument("--policies", type=names(tuple(POLICIES)), default=None)
+    p.add_argument("--arrivals", type=names(("poisson", "bursty")), default=("poisson",))
     p.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals a cell")
     p.add_argument("--repeats", type=int, default=1, help="seeds per cell")
-    p.add_argument("--cache-ttls", type=_floats, default=(1.0,),
+    p.add_argument("--cache-ttls", type=floats, default=(1.0,),
                    help="the bridge's --cache-ttl, and how often the stand-in reads it")
-    p.add_argument("--replicas", type=_ints, default=(1,),
+    p.add_argument("--replicas", type=positive_ints, default=(1,),
                    help="Scheduler replicas sharing the arrivals")
-    p.add_argument("--offsets", type=_floats, default=(0.0,),
+    p.add_argument("--offsets", type=floats, default=(0.0,),
                    help="the Schedulers' clock less the other hosts', seconds")
-    p.add_argument("--outage", type=_outage, default=None, metavar="START,LENGTH",
+    p.add_argument("--outage", type=outage, default=None, metavar="START,LENGTH",
                    help="stop the bridge that many seconds into each cell, for that long")
     p.add_argument("--reporting", type=lambda t: tuple(t.split(",")), default=None,
                    help="the pools whose Proxies send load reports (default: every pool)")

@@ -30,6 +30,10 @@ PROXY_FLAGS = ("--strategy", "least_inflight", "--prepare-capacity", "256",
                "--ready-capacity", "256", "--queue-timeout", "120")
 # The simulated engine's decode speed; request lengths are chosen in tokens.
 SIM_TOKENS_PER_SECOND = 20.0
+# Output tokens of a short and a long request, per backend: about 0.5 s and 5 s alone.
+TOKENS = {"sim": (10, 100), "llama": (24, 240)}
+# The pool that also takes local traffic, which no Scheduler sends.
+LOCAL_POOL = "pool-b"
 # Each llama.cpp slot's context: a long generation fits in it.
 LLAMA_SLOT_CONTEXT = 512
 # The random-weight model's shape: wide enough that a token costs about 7 ms alone on

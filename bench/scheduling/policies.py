@@ -204,6 +204,13 @@ class PickerTwoChoices(Picker):
     choices = 2
 
 
+class PickerWithReportsTwoChoices(PickerWithReports):
+    """The picker with load reports, each decision between two pools drawn by capacity."""
+
+    name = "picker_heartbeat_p2c"
+    choices = 2
+
+
 class PickerUnaware(Picker):
     """The picker on the summary, not told of the other replicas (replicas=1)."""
 
@@ -216,4 +223,4 @@ class PickerUnaware(Picker):
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
     Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Oracle, Picker,
-    PickerWithReports, PickerTwoChoices, PickerUnaware)}
+    PickerWithReports, PickerTwoChoices, PickerWithReportsTwoChoices, PickerUnaware)}

@@ -34,7 +34,7 @@ from poolscope.service.argtypes import (
     label_name,
     positive_float,
 )
-from poolscope.service.identity import ID_RULE
+from poolscope.service.identity import ID_RULE, valid_id
 from poolscope.service.web import (
     Exposure,
     ServiceConfig,
@@ -104,10 +104,23 @@ def make_app(exporter: GatewayExporter, exposure: Exposure | None = None) -> web
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "gateway": exporter.reader.gateway.name})
 
+    async def pool_load(request: web.Request) -> web.Response:
+        proxy_id = request.match_info["proxy_id"]
+        if not valid_id(proxy_id):
+            return web.json_response({"error": f"invalid proxy_id: expected {ID_RULE}"},
+                                     status=400)
+        report = exporter.load_report(proxy_id)
+        if report is None:
+            return web.json_response({"error": "no fresh reading of the gateway names "
+                                      "this pool with an inflight count"}, status=404)
+        return web.json_response(report)
+
     app = web.Application(middlewares=exposure.middlewares())
     # Rendered on a thread: the page grows with the gateway's endpoints.
     app.router.add_get(exposure.telemetry_path, metrics_handler(page.page, threaded=True))
     app.router.add_get("/healthz", healthz)
+    # [^/]+ rather than the default [^{}/]+: braces reach the check and get a 400.
+    app.router.add_get("/v1/pool_load/{proxy_id:[^/]+}", pool_load)
     return app
 
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import aiohttp
 from prometheus_client.core import Metric
@@ -43,6 +45,7 @@ from poolscope.exporters.common.health import ErrorReason, HealthBoard, HealthFa
 from poolscope.exporters.common.sampling import SamplingLoop, Slot
 from poolscope.exporters.proxy.gateways import Gateway, Reading
 from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools
+from poolscope.exporters.proxy.report import queue_depth_path, shape
 from poolscope.service.identity import Identity
 
 log = logging.getLogger(__name__)
@@ -165,6 +168,22 @@ class GatewayExporter(Collector):
                         "usable proxy_id (first: %s); the other pools are read",
                         reading.skipped, reading.skipped_pool)
         self._skipping = reading.skipped > 0
+
+    def load_report(self, proxy_id: str) -> dict[str, Any] | None:
+        """One pool's load report from the latest fresh reading (None: no fresh reading
+        names the pool): the short path a Scheduler ranks on, as an embedded Proxy's
+        (poolscope.exporters.proxy.report), one read interval old at most. Its
+        `inflight_sampled_at` is when the page was read, so a receiver ages it right;
+        a gateway knows no capacity, so that is null (the summary's stands in)."""
+        reading, age = self.slot.current(), self.slot.health.age()
+        pool = None if reading is None else next(
+            (r for r in reading.pools if r.proxy_id == proxy_id), None)
+        if pool is None or pool.inflight is None or age is None:
+            return None
+        now = time.time()
+        return shape(proxy_id, now, {
+            "load.inflight_total": pool.inflight, "load.inflight_sampled_at": now - age,
+            **{queue_depth_path(q): depth for q, depth in pool.queue_depth.items()}})
 
     def registry(self) -> CollectorRegistry:
         registry = CollectorRegistry()

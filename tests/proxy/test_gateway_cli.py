@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from poolscope.exporters.proxy.__main__ import DEFAULT_LISTEN, parse
+from poolscope.scheduler_bridge.load_report import receive_report
 from poolscope.service.argtypes import UsageError
 from tests.proxy.gateway_pages import (
     LLM_D,
@@ -146,6 +147,18 @@ def test_serves_the_gateway_series_and_exits_0_on_sigterm() -> None:
                             source="exporter", collector="gateway")] == 1
         with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
             assert json.load(r) == {"status": "ok", "gateway": "llmgw"}
+        # The short path: one pool's load report from the latest reading, received as a
+        # Scheduler receives an embedded Proxy's, aged by when the page was read.
+        with urllib.request.urlopen(f"{base}/v1/pool_load/chat", timeout=5) as r:
+            received = time.time()
+            report = receive_report(json.load(r), received)
+        assert (report.proxy_id, report.pool.load.inflight_total) == ("chat", 40)
+        assert report.pool.load.capacity is None  # a gateway does not know it
+        assert received - 1.0 <= report.measured_at <= received
+        for pool, status in (("nowhere", 404), ("{x}", 400)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"{base}/v1/pool_load/{pool}", timeout=5)
+            assert refused.value.code == status
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         _, stderr = proc.communicate()
