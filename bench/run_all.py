@@ -22,6 +22,8 @@ BENCHMARKS = (
     ("bench.propagation", "--samples", "20", "--backends", "single,federated,victoria"),
     ("bench.status_page", "--pools", "1000"),
     ("bench.scheduling",),
+    ("bench.scheduling.simulate", "--validate"),
+    ("bench.picker_speed",),
 )
 
 

@@ -30,8 +30,9 @@ from deploy.demo.load_arrivals import arrival_times
 # slot is its tokens over that speed, and its queue wait whatever it spent before.
 SERVICE_S = tuple(t / SIM_TOKENS_PER_SECOND for t in TOKENS["sim"])  # short, long
 MEAN_SERVICE_S = (1 - LONG_SHARE) * SERVICE_S[0] + LONG_SHARE * SERVICE_S[1]
-# A fleet of N pools: capacities drawn from these, local traffic on this share of the
-# pools (at least one), each at its own phase of the loop's on/off pattern.
+# A fleet of N pools: capacities drawn from these (unless the scenario names its own),
+# local traffic on this share of the pools (at least one), each at its own phase of the
+# loop's on/off pattern.
 CAPACITY_CHOICES = (2, 4, 8, 16)
 LOCAL_POOLS_SHARE = 0.1
 
@@ -49,6 +50,7 @@ class Scenario:
     clock_offset_s: float = 0.0  # every replica's clock less true time
     outage: tuple[float, float] | None = None  # (start, length): the bridge unreachable
     mixed: float = 1.0  # the share of pools whose Proxies send heartbeat reports
+    slots: tuple[int, ...] = CAPACITY_CHOICES  # an N-pool fleet's capacities, drawn from
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def _fleet(scenario: Scenario) -> tuple[tuple[str, ...], tuple[int, ...],
         names = tuple(s.proxy_id for s in SIM_POOLS)
         return names, tuple(s.capacity for s in SIM_POOLS), {names.index(LOCAL_POOL): 0.0}
     rng = random.Random(f"fleet-{scenario.seed}")
-    capacities = tuple(rng.choice(CAPACITY_CHOICES) for _ in range(scenario.pools))
+    capacities = tuple(rng.choice(scenario.slots) for _ in range(scenario.pools))
     local = rng.sample(range(scenario.pools), max(1, round(LOCAL_POOLS_SHARE * scenario.pools)))
     phases = {p: rng.uniform(0, 2 * LOCAL_FLIP_S) for p in sorted(local)}
     return tuple(f"pool-{i:03d}" for i in range(scenario.pools)), capacities, phases

@@ -1,6 +1,6 @@
 """The closed loop as a discrete-event simulation: the same policies, at any scale.
 
-    python -m bench.scheduling.simulate [--pools 3|N] [--replicas 1,3,10]
+    python -m bench.scheduling.simulate [--pools 3|N] [--slots 2,4,8,16] [--replicas 1,3,10]
         [--load SHARE | --rate RPS] [--interval 5] [--ttl 1] [--duration S]
         [--seeds 1,2,3] [--clock-offset S] [--outage START,LENGTH] [--mixed SHARE]
         [--policies oracle,weighted,...] [--unaware] [--validate] [--json PATH]
@@ -38,7 +38,7 @@ from bench.scheduling.argtypes import names, outage, positive_ints
 from bench.scheduling.outcome import percentile
 from bench.scheduling.policies import POLICIES, Picker
 from bench.scheduling.sim_engine import Result, simulate
-from bench.scheduling.sim_workload import Scenario, Workload, draw
+from bench.scheduling.sim_workload import CAPACITY_CHOICES, Scenario, Workload, draw
 from poolscope.scheduler_bridge.picker import Basis
 
 # least_saturation reads a field the model does not produce (it would fall back to
@@ -138,7 +138,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.scheduling.simulate",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--pools", type=int, default=3,
-                   help="3: the loop's 8, 4 and 2 slots; N: capacities drawn from 2-16")
+                   help="3: the loop's 8, 4 and 2 slots; N: capacities drawn from --slots")
+    p.add_argument("--slots", type=positive_ints, default=CAPACITY_CHOICES,
+                   help="an N-pool fleet's capacities, each drawn from these "
+                        "(default %(default)s)")
     p.add_argument("--replicas", type=positive_ints, default=(1,), help="Scheduler replicas")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--load", type=float, default=0.7,
@@ -177,7 +180,7 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
     return [Scenario(pools=args.pools, replicas=n, load=args.load, rate=args.rate,
                      interval_s=args.interval, ttl_s=args.ttl, duration_s=args.duration,
                      seed=seed, clock_offset_s=args.clock_offset, outage=args.outage,
-                     mixed=args.mixed)
+                     mixed=args.mixed, slots=args.slots)
             for n in args.replicas for seed in args.seeds]
 
 
