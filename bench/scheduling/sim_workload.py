@@ -28,8 +28,8 @@ from deploy.demo.load_arrivals import arrival_times
 
 # A simulated engine decodes at one speed whatever its batch: a request's time in a
 # slot is its tokens over that speed, and its queue wait whatever it spent before.
-SERVICE_S = tuple(t / SIM_TOKENS_PER_SECOND for t in TOKENS["sim"])  # short, long
-MEAN_SERVICE_S = (1 - LONG_SHARE) * SERVICE_S[0] + LONG_SHARE * SERVICE_S[1]
+SERVICE_S = (TOKENS["sim"][0] / SIM_TOKENS_PER_SECOND,  # short, long
+             TOKENS["sim"][1] / SIM_TOKENS_PER_SECOND)
 # A fleet of N pools: capacities drawn from these (unless the scenario names its own),
 # local traffic on this share of the pools (at least one), each at its own phase of the
 # loop's on/off pattern.
@@ -51,6 +51,13 @@ class Scenario:
     outage: tuple[float, float] | None = None  # (start, length): the bridge unreachable
     mixed: float = 1.0  # the share of pools whose Proxies send heartbeat reports
     slots: tuple[int, ...] = CAPACITY_CHOICES  # an N-pool fleet's capacities, drawn from
+    # A short and a long request's time in a slot: the loop's calibration, to meet the
+    # same arrivals as a run of the loop (its rate is set from these).
+    service_s: tuple[float, float] = SERVICE_S
+
+    @property
+    def mean_service_s(self) -> float:
+        return (1 - LONG_SHARE) * self.service_s[0] + LONG_SHARE * self.service_s[1]
 
 
 @dataclass(frozen=True)
@@ -71,10 +78,11 @@ class Workload:
     eval_phase: float
     read_phase: list[float]
     reporting: frozenset[int]  # the pools whose Proxies send heartbeat reports
+    mean_service_s: float
 
     @property
     def full_rate(self) -> float:
-        return sum(self.capacities) / MEAN_SERVICE_S
+        return sum(self.capacities) / self.mean_service_s
 
     @property
     def offered_load(self) -> float:
@@ -106,23 +114,24 @@ def draw(scenario: Scenario) -> Workload:
     names, capacities, local_phases = _fleet(scenario)
     duration = scenario.duration_s
     rng = random.Random(scenario.seed)
-    on_rates = {p: LOCAL_ON_SHARE * capacities[p] / MEAN_SERVICE_S for p in local_phases}
+    service, mean_service = scenario.service_s, scenario.mean_service_s
+    on_rates = {p: LOCAL_ON_SHARE * capacities[p] / mean_service for p in local_phases}
     local_mean = sum(r * _on_s(local_phases[p], duration) / duration
                      for p, r in on_rates.items())
     rate = scenario.rate
     if rate is None:
-        rate = scenario.load * sum(capacities) / MEAN_SERVICE_S - local_mean
+        rate = scenario.load * sum(capacities) / mean_service - local_mean
         if rate <= 0:
             raise ValueError(f"a load of {scenario.load:g} is below the local traffic alone")
     sched_times = list(arrival_times(rate, rng, None, duration))
     spread = random.Random(scenario.seed + 2)
     # (arrival, service, local pool or -1, replica or -1)
-    requests = [(t, SERVICE_S[rng.random() < LONG_SHARE], -1,
+    requests = [(t, service[rng.random() < LONG_SHARE], -1,
                  spread.randrange(scenario.replicas)) for t in sched_times]
     for p, phase in local_phases.items():
         times = [t - phase for t in arrival_times(on_rates[p], rng, LOCAL_PATTERN,
                                                   phase + duration) if t >= phase]
-        requests += [(t, SERVICE_S[rng.random() < LONG_SHARE], p, -1) for t in times]
+        requests += [(t, service[rng.random() < LONG_SHARE], p, -1) for t in times]
     requests.sort(key=lambda r: r[0])
     phases = random.Random(f"phases-{scenario.seed}")
     n = len(names)
@@ -136,4 +145,4 @@ def draw(scenario: Scenario) -> Workload:
         heartbeat_phase=[phases.uniform(0, HEARTBEAT_S) for _ in range(n)],
         eval_phase=phases.uniform(0, scenario.interval_s),
         read_phase=[phases.uniform(0, scenario.ttl_s) for _ in range(scenario.replicas)],
-        reporting=reporting)
+        reporting=reporting, mean_service_s=mean_service)

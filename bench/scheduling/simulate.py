@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from bench.scheduling.argtypes import names, outage, positive_ints
+from bench.scheduling.argtypes import floats, names, outage, positive_ints
 from bench.scheduling.outcome import percentile
 from bench.scheduling.policies import POLICIES, Picker
 from bench.scheduling.sim_engine import Result, simulate
-from bench.scheduling.sim_workload import CAPACITY_CHOICES, Scenario, Workload, draw
+from bench.scheduling.sim_workload import CAPACITY_CHOICES, SERVICE_S, Scenario, Workload, draw
 from poolscope.scheduler_bridge.picker import Basis
 
 # least_saturation reads a field the model does not produce (it would fall back to
@@ -148,6 +148,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                       help="share of capacity offered, the local traffic included")
     load.add_argument("--rate", type=float, default=None,
                       help="the Scheduler's requests/s (the local traffic comes on top)")
+    p.add_argument("--service", type=floats, default=SERVICE_S, metavar="SHORT,LONG",
+                   help="a short and a long request's seconds in a slot: the loop's "
+                        "calibration, to meet the arrivals of its run (default %(default)s)")
     p.add_argument("--interval", type=float, default=5.0, help="scrape and evaluation, s")
     p.add_argument("--ttl", type=float, default=1.0, help="how often replicas read, s")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals")
@@ -164,15 +167,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--validate", action="store_true",
                    help="the loop's cell: 3 pools, 70%%, 5 s, ttl 1, 30 s, seeds 1-3, one "
                         "and three replicas, oracle, weighted, least_load and the picker "
-                        "with and without reports (other options but --json ignored)")
+                        "with and without reports (other options but --service and --json "
+                        "ignored)")
     p.add_argument("--json", type=Path, help="write the rows here")
     args = p.parse_args(argv)
     if args.validate:
         args = p.parse_args(["--replicas", "1,3", "--seeds", "1,2,3", "--policies",
                              ",".join(VALIDATION_POLICIES),
+                             "--service", ",".join(map(str, args.service)),
                              *(["--json", str(args.json)] if args.json else [])])
     if args.pools < 1 or not 0 <= args.mixed <= 1:
         p.error("--pools must be >= 1 and --mixed within 0..1")
+    if len(args.service) != 2 or not 0 < args.service[0] <= args.service[1]:
+        p.error("--service: SHORT,LONG seconds, 0 < SHORT <= LONG")
     return args
 
 
@@ -180,7 +187,7 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
     return [Scenario(pools=args.pools, replicas=n, load=args.load, rate=args.rate,
                      interval_s=args.interval, ttl_s=args.ttl, duration_s=args.duration,
                      seed=seed, clock_offset_s=args.clock_offset, outage=args.outage,
-                     mixed=args.mixed, slots=args.slots)
+                     mixed=args.mixed, slots=args.slots, service_s=args.service)
             for n in args.replicas for seed in args.seeds]
 
 
