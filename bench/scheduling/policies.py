@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from poolscope.scheduler_bridge.client import BridgeError, BridgeSnapshot
 from poolscope.scheduler_bridge.load_report import LoadReport
-from poolscope.scheduler_bridge.picker import Placement, PoolPicker
+from poolscope.scheduler_bridge.picker import SUMMARY_MAX_AGE_S, Placement, PoolPicker
 
 # The live count of requests each pool holds, read at the decision (the oracle's view);
 # None where a Proxy reports no inflight.
@@ -165,12 +165,14 @@ class Picker(Policy):
     name = "picker"
     reads_summary = True
     choices: int | None = None
+    summary_max_age_s = SUMMARY_MAX_AGE_S
 
     def __init__(self, capacities: Mapping[str, int], replicas: int, rng: random.Random,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(capacities, replicas, rng, clock)
         self.picker = PoolPicker(capacities, replicas=replicas, choices=self.choices,
-                                 rng=rng, clock=clock)
+                                 summary_max_age_s=self.summary_max_age_s, rng=rng,
+                                 clock=clock)
 
     async def place(self, view: View) -> tuple[str, Done]:
         placement = self.picker.pick()
@@ -211,6 +213,14 @@ class PickerWithReportsTwoChoices(PickerWithReports):
     choices = 2
 
 
+class PickerOwnCount(Picker):
+    """The picker's last step alone: no summary is ever young enough, so each pool is
+    ranked by this replica's own count over its capacity."""
+
+    name = "picker_own_count"
+    summary_max_age_s = 0.0
+
+
 class PickerUnaware(Picker):
     """The picker on the summary, not told of the other replicas (replicas=1)."""
 
@@ -223,4 +233,5 @@ class PickerUnaware(Picker):
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
     Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Oracle, Picker,
-    PickerWithReports, PickerTwoChoices, PickerWithReportsTwoChoices, PickerUnaware)}
+    PickerWithReports, PickerTwoChoices, PickerWithReportsTwoChoices, PickerOwnCount,
+    PickerUnaware)}

@@ -66,6 +66,18 @@ class Row:
     cpu_s: float
     mean_over_oracle: float | None = None
     queue_wait_p99_over_oracle: float | None = None
+    outage_mean: float | None = None  # of the requests that arrived during the outage
+
+
+def _outage_mean(scenario: Scenario, workload: Workload, result: Result) -> float | None:
+    if scenario.outage is None:
+        return None
+    begin, length = scenario.outage
+    arrivals = [t for t, pool in zip(workload.times, workload.local_pool, strict=True)
+                if pool < 0]
+    inside = [lat for t, lat in zip(arrivals, result.latency, strict=True)
+              if begin <= t < begin + length]
+    return statistics.fmean(inside) if inside else None
 
 
 def _row(scenario: Scenario, workload: Workload, policy: str, result: Result,
@@ -78,7 +90,8 @@ def _row(scenario: Scenario, workload: Workload, policy: str, result: Result,
                workload.scheduler_rate, policy, len(result.latency),
                statistics.fmean(result.latency), percentile(result.latency, 99),
                statistics.fmean(result.queue_wait), percentile(result.queue_wait, 99),
-               {b.value: bases[b] for b in Basis}, cpu_s)
+               {b.value: bases[b] for b in Basis}, cpu_s,
+               outage_mean=_outage_mean(scenario, workload, result))
 
 
 def _over(value: float, oracle: float) -> float | None:
@@ -118,7 +131,7 @@ def describe(rows: Sequence[Row]) -> str:
 
 
 HEADER = ("pools rep seed policy                      reqs   mean    p99 qwmean   qw99 "
-          "mean/or qw99/or  report summary    own  cpu_s")
+          "mean/or qw99/or  report summary    own  cpu_s outage")
 
 
 def _ratio(value: float | None) -> str:
@@ -131,7 +144,8 @@ def line(row: Row) -> str:
             f"{row.latency_mean:>6.2f} {row.latency_p99:>6.2f} {row.queue_wait_mean:>6.2f} "
             f"{row.queue_wait_p99:>6.2f} {_ratio(row.mean_over_oracle):>7} "
             f"{_ratio(row.queue_wait_p99_over_oracle):>7} {row.bases['report']:>7} "
-            f"{row.bases['summary']:>7} {row.bases['own_count']:>6} {row.cpu_s:>6.1f}")
+            f"{row.bases['summary']:>7} {row.bases['own_count']:>6} {row.cpu_s:>6.1f} "
+            f"{_ratio(row.outage_mean):>6}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
