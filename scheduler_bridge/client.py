@@ -181,7 +181,7 @@ class SchedulerBridgeClient:
                 return snapshot
         except (aiohttp.ClientError, TimeoutError) as e:
             raise BridgeUnreachable(url, e) from e
-        except (KeyError, TypeError, ValueError) as e:
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise BridgeError(None, f"{url}: not a pool snapshot: {e!r}") from e
 
     async def get(self, path: str) -> Any:
@@ -198,7 +198,7 @@ class SchedulerBridgeClient:
 async def _body(resp: aiohttp.ClientResponse) -> Any:
     """A 200's JSON; BridgeError for any other status, whatever its body (an ingress's
     error page is HTML) or for a 200 whose body is not JSON."""
-    text = await resp.text()
+    text = await resp.text(errors="replace")  # an error page in any charset is kept
     try:
         body = json.loads(text)
     except ValueError:

@@ -47,6 +47,8 @@ class _History:
     forgotten_before: float = -math.inf  # changes before this time were dropped
 
     def change(self, at: float, delta: int, horizon: float) -> None:
+        if self.times and at < self.times[-1]:
+            at = self.times[-1]  # the wall clock stepped back: the times stay in order
         self.count += delta
         self.times.append(at)
         self.counts.append(self.count)

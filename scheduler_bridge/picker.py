@@ -11,8 +11,8 @@ Each pool is ranked by its requests now over its capacity, the request being pla
 counted: the others' requests as last measured, plus this Scheduler's own count now
 (OwnRequests), least first, ties at random. The fallback chain, first that applies:
 
-1. `report`: the pool's load report, received within `report_max_age_s`: the
-   others' load about one heartbeat old.
+1. `report`: the pool's load report, measured within `report_max_age_s` (by its own
+   age, anchored on its receipt): the others' load about one heartbeat old.
 2. `summary`: the bridge's summary, the last one received while it is younger than
    `summary_max_age_s` (the bridge's own --stale-after), also through an outage of
    the bridge: the others' part ages, this Scheduler's own count stays exact.
@@ -107,9 +107,19 @@ class _Measured:
 
     others: float | None  # the pool's requests then, less mine then; None: unknown
     mine_then: int
-    capacity: float | None  # measured; None: not in this measurement
-    state: str | None  # the pool's admission state, if stated
     until: float  # too old to rank on from then (this Scheduler's clock)
+
+
+@dataclass(slots=True)
+class _Said:
+    """What a pool last said of itself, whatever the age: kept while nothing fresh is,
+    so a pool asleep or of no capacity stays out when the bridge goes quiet."""
+
+    capacity: float | None = None  # the last measured one (a 0 included)
+    state: str | None = None  # the last admission state stated
+
+
+_NOTHING_SAID = _Said()  # a pool only configured
 
 
 class PoolPicker:
@@ -151,18 +161,20 @@ class PoolPicker:
         self._summary: dict[str, _Measured] = {}
         self._reports: dict[str, _Measured] = {}
         self._refused_until: dict[str, float] = {}
-        # The last capacity each pool of the summary had, for when nothing is fresh.
-        self._measured_capacity: dict[str, float] = {}
+        # Every pool of the last summary or a report held (bounded by the pools now).
+        self._said: dict[str, _Said] = {}
 
     # --- what the Scheduler hands in -------------------------------------------------
 
     def summary_received(self, snapshot: BridgeSnapshot, received_at: float | None = None
                          ) -> None:
         received_at = self._clock() if received_at is None else received_at
-        # A pool that left the summary is forgotten here too (bounded by the pools now).
-        self._measured_capacity = {p: self._measured_capacity[p] for p in snapshot.pools
-                                   if p in self._measured_capacity}
-        if snapshot.age_s is None:
+        # A pool that left the summary is forgotten here too.
+        self._said = {p: self._said[p] for p in (*snapshot.pools, *self._reports)
+                      if p in self._said}
+        if snapshot.age_s is None:  # nothing to age it by: what it says, no estimate
+            for pool in snapshot.pools.values():
+                self._remember(pool)
             self._summary = {}
             return
         until = received_at - snapshot.age_s + self._summary_max_age
@@ -194,14 +206,18 @@ class PoolPicker:
                 report.pool, report.measured_at, report.measured_at + self._report_max_age)
 
     def _measure(self, pool: PoolSummary, when: float | None, until: float) -> _Measured:
+        self._remember(pool)
         requests = OwnRequests.held(pool)
         mine_then = None if when is None else self.own.in_flight(pool.proxy_id, when)
-        capacity = pool.load.capacity
-        if capacity:
-            self._measured_capacity[pool.proxy_id] = capacity
         return _Measured(None if requests is None or mine_then is None
-                         else max(0.0, requests - mine_then),
-                         mine_then or 0, capacity, pool.health.pool_admission_state, until)
+                         else max(0.0, requests - mine_then), mine_then or 0, until)
+
+    def _remember(self, pool: PoolSummary) -> None:
+        said = self._said.setdefault(pool.proxy_id, _Said())
+        if pool.load.capacity is not None:
+            said.capacity = pool.load.capacity
+        if pool.health.pool_admission_state is not None:
+            said.state = pool.health.pool_admission_state
 
     # --- the decision ----------------------------------------------------------------
 
@@ -237,7 +253,7 @@ class PoolPicker:
             self._refused_until[placement.proxy_id] = self._clock() + self._backoff
 
     def _known(self) -> bool:
-        return bool(self._configured or self._summary or self._reports)
+        return bool(self._configured or self._said)
 
     def _pools(self, now: float) -> list[_Candidate]:
         """Every pool that takes requests. Its score counts the request being placed, so
@@ -251,18 +267,14 @@ class PoolPicker:
             summary = self._summary = {}
         count, replicas, reports = self.own.count, self.replicas, self._reports
         pools = []
-        for proxy_id in {*self._configured, *summary, *reports}:
+        for proxy_id in {*self._configured, *self._said}:
             report, summed = reports.get(proxy_id), summary.get(proxy_id)
-            # The freshest measured capacity (a report may carry none: a gateway's),
-            # else the configured one, else the last the summary had.
-            capacity = (report.capacity if report is not None and report.capacity is not None
-                        else summed.capacity if summed is not None
-                        and summed.capacity is not None
-                        else self._configured.get(proxy_id,
-                                                  self._measured_capacity.get(proxy_id)))
-            state = (report.state if report is not None and report.state is not None
-                     else summed.state if summed is not None else None)
-            if not capacity or state in NOT_ACCEPTING:
+            # The last measured capacity (a report may carry none: a gateway's, and a
+            # summary may be too old to rank on), else the configured one.
+            said = self._said.get(proxy_id, _NOTHING_SAID)
+            capacity = (said.capacity if said.capacity is not None
+                        else self._configured.get(proxy_id))
+            if not capacity or said.state in NOT_ACCEPTING:
                 continue
             basis, measured = ((Basis.REPORT, report)
                                if report is not None and report.others is not None

@@ -118,8 +118,7 @@ async def read_view(client: SchedulerBridgeClient, url: str, pool: str | None,
         doc: Any = await client.get(f"/debug/pool_detail/{quote(pool, safe='')}")
         return build_pool_detail(doc)
     except BridgeUnreachable as e:
-        raise ReadFailed(f"bridge {url} unreachable: {e.cause or type(e.cause).__name__}"
-                         ) from e
+        raise ReadFailed(f"bridge {url} unreachable: {e}") from e
     except BridgeError as e:
         if e.status is None:
             raise ReadFailed(f"bridge {url} sent no {what}: {e}") from e

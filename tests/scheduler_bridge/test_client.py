@@ -90,9 +90,13 @@ async def test_an_ingress_page_a_dead_port_and_a_wrong_body_are_one_exception() 
     async def wrong(_: web.Request) -> web.Response:
         return web.json_response({"pools": "none"})
 
+    async def listed(_: web.Request) -> web.Response:
+        return web.json_response([])
+
     app = web.Application()
     app.router.add_get("/ingress/debug/proxy_pool_resources", ingress)
     app.router.add_get("/wrong/debug/proxy_pool_resources", wrong)
+    app.router.add_get("/list/debug/proxy_pool_resources", listed)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -106,6 +110,8 @@ async def test_an_ingress_page_a_dead_port_and_a_wrong_body_are_one_exception() 
             with pytest.raises(BridgeError) as body:
                 await SchedulerBridgeClient(f"{base}/wrong", session).snapshot()
             assert body.value.status is None and "not a pool snapshot" in str(body.value)
+            with pytest.raises(BridgeError, match="not a pool snapshot"):
+                await SchedulerBridgeClient(f"{base}/list", session).snapshot()
             with pytest.raises(BridgeError) as dead:
                 await SchedulerBridgeClient(f"http://127.0.0.1:{free_port()}",
                                             session).snapshot()

@@ -142,3 +142,15 @@ def test_measured_at_counts_back_from_the_receive_time_by_ages_on_one_clock() ->
     assert measured_at(unnamed, snapshot, received_at=1001.0) == 997.0
     ageless = replace(snapshot, age_s=None)
     assert measured_at(unnamed, ageless, received_at=1001.0) is None
+
+
+def test_a_wall_clock_stepped_back_keeps_the_history_in_order() -> None:
+    clock = Clock(1000.0)
+    own = OwnRequests(clock=clock)
+    own.sent("a")
+    clock.now = 990.0  # NTP stepped the clock back 10 s
+    second = own.sent("a")
+    clock.now = 995.0
+    own.finished(second)
+    assert own.mine_now("a") == 1
+    assert [own.in_flight("a", t) for t in (999.0, 1000.0, 1001.0)] == [0, 1, 1]

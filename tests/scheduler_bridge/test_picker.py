@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -248,3 +249,31 @@ def test_a_report_without_a_capacity_ranks_on_the_capacity_known_otherwise() -> 
             "load": {"inflight_total": held, "inflight_sampled_at": 50.0}}, clock.now))
     placed = p.pick()
     assert (placed.proxy_id, placed.basis) == ("b", Basis.REPORT)  # (0+1)/4 < (7+1)/8
+
+
+def test_pools_known_only_from_the_summary_outlive_it_on_the_own_count() -> None:
+    """No capacities configured: once the last summary is too old (a long outage) or a
+    snapshot comes with no age to go by, each pool is ranked by this Scheduler's own
+    count over the capacity it last had, never dropped as unknown."""
+    clock = Clock()
+    p = PoolPicker(rng=random.Random(0), clock=clock, summary_max_age_s=30.0)
+    p.summary_received(snapshot(1000.0, a={"inflight_total": 8.0},
+                                b={"inflight_total": 0.0}))
+    clock.now += 40.0
+    assert {p.pick().basis for _ in range(4)} == {Basis.OWN_COUNT}
+    ageless = PoolPicker(rng=random.Random(0), clock=clock)
+    ageless.summary_received(replace(snapshot(1000.0, b={"inflight_total": 0.0}),
+                                     age_s=None))
+    placed = ageless.pick()
+    assert (placed.proxy_id, placed.basis) == ("b", Basis.OWN_COUNT)
+
+
+def test_a_pool_last_seen_asleep_or_empty_stays_out_when_the_summary_is_too_old() -> None:
+    clock = Clock()
+    p = PoolPicker({"a": 8.0, "b": 8.0, "c": 8.0}, rng=random.Random(0), clock=clock)
+    p.summary_received(snapshot(1000.0, a={"inflight_total": 0.0, "state": "asleep"},
+                                b={"inflight_total": 7.0},
+                                c={"inflight_total": 0.0, "capacity": 0.0}))
+    assert picks(p, 3) == Counter(b=3)
+    clock.now += 40.0  # the bridge went quiet: own counts only, a and c still out
+    assert picks(p, 6) == Counter(b=6)
