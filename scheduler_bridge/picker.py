@@ -17,7 +17,7 @@ counted: the others' requests as last measured, plus this Scheduler's own count 
    `summary_max_age_s` (the bridge's own --stale-after), also through an outage of
    the bridge: the others' part ages, this Scheduler's own count stays exact.
 3. `own_count`: nothing of the others is known for any accepting pool: rank by this
-   Scheduler's own count over the capacity last known (configured, else measured), as
+   Scheduler's own count over the capacity last measured (else the configured one), as
    if the others shared the pools alike.
 
 A pool with no estimate while another has one is skipped, never taken as empty. A pool
