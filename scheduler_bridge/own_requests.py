@@ -69,6 +69,14 @@ class _History:
         return self.counts[i - 1] if i else 0
 
 
+@dataclass(frozen=True)
+class Others:
+    """A pool's requests when they were measured, less this Scheduler's then."""
+
+    then: float  # never below 0
+    mine_then: int
+
+
 class Ticket:
     """One request handed to a pool; `OwnRequests.finished` takes it back."""
 
@@ -176,27 +184,37 @@ class OwnRequests:
         history = self._pools.get(proxy_id)
         return 0 if history is None else history.count
 
-    def requests_now(self, pool: PoolSummary, measured_at: float | None,
-                     replicas: int = 1) -> float | None:
-        """The pool's requests now: those it held at `measured_at` (in flight, and in the
-        Proxy's prepare and ready queues where it has them), less mine in flight then
-        (the rest is others' load, never below 0), plus mine now.
-
-        With `replicas` Schedulers sharing the traffic alike, each of the others is taken
-        to have changed the pool's count since then as this one did: the others' part
-        grows by (replicas - 1) times my change. None when the summary's inflight is
-        unknown, or when it was measured is (None) or is past the horizon: a Scheduler
-        then ranks the pool by something else, never as empty.
-        """
+    def others(self, pool: PoolSummary, measured_at: float | None) -> Others | None:
+        """The pool's requests at `measured_at` (in flight, and in the Proxy's prepare
+        and ready queues where it has them) that were not mine. None when the summary's
+        inflight is unknown, or when it was measured is (None) or is past the horizon:
+        a Scheduler then ranks the pool by something else, never as empty."""
         held = self.held(pool)
         if measured_at is None or held is None:
             return None
         mine_then = self.in_flight(pool.proxy_id, measured_at)
         if mine_then is None:
             return None
-        mine_now = self.mine_now(pool.proxy_id)
-        others = max(0.0, held - mine_then) + (replicas - 1) * (mine_now - mine_then)
-        return max(0.0, others) + mine_now
+        return Others(max(0.0, held - mine_then), mine_then)
+
+    def requests_with(self, proxy_id: str, others: Others, replicas: int = 1) -> float:
+        """The pool's requests now: the others' as measured, plus mine now (as last
+        counted: `expire` first).
+
+        With `replicas` Schedulers sharing the traffic alike, each of the others is taken
+        to have changed the pool's count since then as this one did: the others' part
+        grows by (replicas - 1) times my change, never below 0."""
+        mine_now = self.count(proxy_id)
+        changed = others.then + (replicas - 1) * (mine_now - others.mine_then)
+        return max(0.0, changed) + mine_now
+
+    def requests_now(self, pool: PoolSummary, measured_at: float | None,
+                     replicas: int = 1) -> float | None:
+        """`requests_with` the others of a summary measured at `measured_at`; None when
+        they are unknown (`others`)."""
+        self.expire(self._clock())
+        known = self.others(pool, measured_at)
+        return None if known is None else self.requests_with(pool.proxy_id, known, replicas)
 
     @staticmethod
     def held(pool: PoolSummary) -> float | None:
@@ -213,18 +231,6 @@ class OwnRequests:
         # mine wait in it only where it exists, and then it is measured with the inflight.
         return load.inflight_total + sum(
             d for d in (load.prepare_queue_depth, load.ready_queue_depth) if d is not None)
-
-    def load_now(self, pool: PoolSummary, measured_at: float | None,
-                 replicas: int = 1) -> float | None:
-        """`requests_now` over the pool's capacity, counting the request about to be
-        placed (so a large pool and a small one with the same ratio are told apart:
-        the next request adds less to the large one); None when either is unknown, or
-        the capacity is a measured 0 (no alive member offers any: nowhere to place it)."""
-        requests = self.requests_now(pool, measured_at, replicas)
-        capacity = pool.load.capacity
-        if requests is None or not capacity:
-            return None
-        return (requests + 1) / capacity
 
 
 def measured_at(pool: PoolSummary, snapshot: BridgeSnapshot, received_at: float) -> float | None:

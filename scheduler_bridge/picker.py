@@ -45,6 +45,7 @@ from poolscope.scheduler_bridge.client import (
 from poolscope.scheduler_bridge.load_report import LoadReport
 from poolscope.scheduler_bridge.own_requests import (
     DEFAULT_REQUEST_TIMEOUT_S,
+    Others,
     OwnRequests,
     Ticket,
     measured_at,
@@ -105,8 +106,7 @@ class _Measured:
     """One pool as last measured, worked out once when the measurement arrives: each
     pick then adds only this Scheduler's own count now."""
 
-    others: float | None  # the pool's requests then, less mine then; None: unknown
-    mine_then: int
+    others: Others
     until: float  # too old to rank on from then (this Scheduler's clock)
 
 
@@ -163,6 +163,7 @@ class PoolPicker:
         self._refused_until: dict[str, float] = {}
         # Every pool of the last summary or a report held (bounded by the pools now).
         self._said: dict[str, _Said] = {}
+        self._summary_pools: frozenset[str] = frozenset()
 
     # --- what the Scheduler hands in -------------------------------------------------
 
@@ -172,15 +173,18 @@ class PoolPicker:
         # A pool that left the summary is forgotten here too.
         self._said = {p: self._said[p] for p in (*snapshot.pools, *self._reports)
                       if p in self._said}
+        self._summary_pools = frozenset(snapshot.pools)
+        for pool in snapshot.pools.values():
+            self._remember(pool)
         if snapshot.age_s is None:  # nothing to age it by: what it says, no estimate
-            for pool in snapshot.pools.values():
-                self._remember(pool)
             self._summary = {}
             return
         until = received_at - snapshot.age_s + self._summary_max_age
-        self._summary = {p: self._measure(pool, measured_at(pool, snapshot, received_at),
-                                          until)
-                         for p, pool in snapshot.pools.items()}
+        self._summary = {}
+        for p, pool in snapshot.pools.items():
+            measured = self._measure(pool, measured_at(pool, snapshot, received_at), until)
+            if measured is not None:
+                self._summary[p] = measured
 
     def summary_failed(self, error: Exception) -> None:
         """The bridge gave nothing: the held snapshot keeps ageing until too old."""
@@ -201,16 +205,21 @@ class PoolPicker:
         """A pool's load report (scheduler_bridge.load_report.receive_report); an older
         one than the report held is ignored."""
         held = self._reports.get(report.proxy_id)
-        if held is None or report.measured_at + self._report_max_age >= held.until:
-            self._reports[report.proxy_id] = self._measure(
-                report.pool, report.measured_at, report.measured_at + self._report_max_age)
+        until = report.measured_at + self._report_max_age
+        if held is not None and until < held.until:
+            return
+        self._remember(report.pool)
+        measured = self._measure(report.pool, report.measured_at, until)
+        if measured is None:
+            self._reports.pop(report.proxy_id, None)
+        else:
+            self._reports[report.proxy_id] = measured
 
-    def _measure(self, pool: PoolSummary, when: float | None, until: float) -> _Measured:
-        self._remember(pool)
-        requests = OwnRequests.held(pool)
-        mine_then = None if when is None else self.own.in_flight(pool.proxy_id, when)
-        return _Measured(None if requests is None or mine_then is None
-                         else max(0.0, requests - mine_then), mine_then or 0, until)
+    def _measure(self, pool: PoolSummary, when: float | None, until: float
+                 ) -> _Measured | None:
+        """What the measurement says of the others' requests; None when nothing."""
+        others = self.own.others(pool, when)
+        return None if others is None else _Measured(others, until)
 
     def _remember(self, pool: PoolSummary) -> None:
         said = self._said.setdefault(pool.proxy_id, _Said())
@@ -260,12 +269,14 @@ class PoolPicker:
         a large pool and a small one at the same ratio are told apart."""
         for proxy_id in [p for p, m in self._reports.items() if m.until < now]:
             del self._reports[proxy_id]
+            if proxy_id not in self._summary_pools:  # it said nothing for too long
+                self._said.pop(proxy_id, None)
         for proxy_id in [p for p, t in self._refused_until.items() if t <= now]:
             del self._refused_until[proxy_id]
         summary = self._summary
         if summary and next(iter(summary.values())).until < now:
             summary = self._summary = {}
-        count, replicas, reports = self.own.count, self.replicas, self._reports
+        requests_with, replicas, reports = self.own.requests_with, self.replicas, self._reports
         pools = []
         for proxy_id in {*self._configured, *self._said}:
             report, summed = reports.get(proxy_id), summary.get(proxy_id)
@@ -276,14 +287,10 @@ class PoolPicker:
                         else self._configured.get(proxy_id))
             if not capacity or said.state in NOT_ACCEPTING:
                 continue
-            basis, measured = ((Basis.REPORT, report)
-                               if report is not None and report.others is not None
+            basis, measured = ((Basis.REPORT, report) if report is not None
                                else (Basis.SUMMARY, summed))
-            score = None
-            if measured is not None and measured.others is not None:
-                mine = count(proxy_id)
-                others = measured.others + (replicas - 1) * (mine - measured.mine_then)
-                score = (max(0.0, others) + mine + 1) / capacity
+            score = (None if measured is None else
+                     (requests_with(proxy_id, measured.others, replicas) + 1) / capacity)
             pools.append(_Candidate(proxy_id, capacity, score, basis if score is not None
                                     else None, proxy_id in self._refused_until))
         return pools

@@ -17,6 +17,7 @@ from aiohttp import web
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 from poolscope.scheduler_bridge.picker import Basis, PoolPicker
+from tests.support.polling import until
 from tests.support.prometheus import free_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scheduling.md"
@@ -75,8 +76,8 @@ async def test_the_documented_scheduler_routes_counts_refusals_and_survives_no_b
             status, body = await scheduler["route"](picker, session, proxies, {"model": "m"})
             assert status == 200 and b"hi" in body
             assert picker.own.mine_now("pool-a") == picker.own.mine_now("pool-b") == 0
-            while picker.stats.bridge_errors == 0:  # nothing listens: counted, not raised
-                await asyncio.sleep(0.05)
+            # Nothing listens: counted, not raised.
+            await until(lambda: picker.stats.bridge_errors, bool, "a bridge error counted")
             assert not follow.done()
         finally:
             follow.cancel()

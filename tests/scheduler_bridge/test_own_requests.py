@@ -51,7 +51,9 @@ def test_requests_now_replaces_mine_then_by_mine_now() -> None:
     # At 1005 the pool held 7 in flight and 1 queued: 3 of them mine, so 5 are others'.
     summary = pool(inflight_total=7.0, ready_queue_depth=1.0, prepare_queue_depth=0.0)
     assert own.requests_now(summary, 1005.0) == 5 + 2
-    assert own.load_now(summary, 1005.0) == pytest.approx((7 + 1) / 8)
+    others = own.others(summary, 1005.0)
+    assert others is not None and (others.then, others.mine_then) == (5, 3)
+    assert own.requests_with("a", others, replicas=3) == 5 + 2 * (2 - 3) + 2
 
 
 def test_a_pool_without_queues_is_counted_by_its_inflight() -> None:
@@ -69,8 +71,6 @@ def test_others_never_count_below_zero() -> None:
 def test_unknown_inflight_or_capacity_is_no_estimate() -> None:
     own = own_with_history(Clock())
     assert own.requests_now(pool(inflight_total=None), 1005.0) is None
-    assert own.load_now(pool(inflight_total=3.0, capacity=None), 1005.0) is None
-    assert own.load_now(pool(inflight_total=3.0, capacity=0.0), 1005.0) is None
     # Not "now": a summary whose time is unknown cannot be corrected for mine.
     assert own.requests_now(pool(inflight_total=3.0), None) is None
 

@@ -74,6 +74,11 @@ def test_a_pool_with_no_estimate_is_skipped_never_taken_as_empty() -> None:
     p.summary_received(snapshot(1000.0, a={"inflight_total": 7.0},
                                 b={"inflight_total": None}, c={"inflight_total": 1.0}))
     assert "b" not in picks(p, 20)
+    # No capacity measured or configured: nothing to rank it by, whatever it holds.
+    unsized = PoolPicker({"a": 8.0}, clock=Clock())
+    unsized.summary_received(snapshot(1000.0, a={"inflight_total": 7.0},
+                                      x={"inflight_total": 0.0, "capacity": None}))
+    assert picks(unsized, 5) == Counter(a=5)
 
 
 @pytest.mark.parametrize("state", ["asleep", "draining"])
@@ -277,3 +282,13 @@ def test_a_pool_last_seen_asleep_or_empty_stays_out_when_the_summary_is_too_old(
     assert picks(p, 3) == Counter(b=3)
     clock.now += 40.0  # the bridge went quiet: own counts only, a and c still out
     assert picks(p, 6) == Counter(b=6)
+
+
+def test_a_pool_known_only_from_reports_is_forgotten_when_they_stop() -> None:
+    clock = Clock()
+    p = PoolPicker(clock=clock, report_max_age_s=3.0)
+    p.report_received(report("g", 1.0, 4.0, at=50.0, received_at=clock.now))
+    assert p.pick().proxy_id == "g"
+    clock.now += 3.5
+    with pytest.raises(NoDecision, match="no pool is known"):
+        p.pick()
