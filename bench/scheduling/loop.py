@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.scheduling.decode_times import DecodeTimes
 from bench.scheduling.fleet import Fleet, Monitoring
 from bench.scheduling.policies import POLICIES, Done, Policy, View
 from deploy.demo.load_arrivals import BurstSpec, arrival_times
@@ -268,6 +269,10 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, cell: Cell,
         if policy_cls.reads_reports:
             feeds.append(asyncio.create_task(reports.run()))
         live = LiveReader(fleet, session)
+        token_times = DecodeTimes({p.spec.proxy_id: [f"{e.url}/metrics" for e in p.engines]
+                                   for p in fleet.pools}, session)
+        if policy_cls.reads_engines:
+            feeds.append(asyncio.create_task(token_times.run()))
         # The first decision is made on what a running Scheduler would hold, never on
         # nothing: the feeds' first reads come before the first arrival.
         await _until(lambda: (not policy_cls.reads_summary
@@ -303,7 +308,8 @@ async def run_cell(fleet: Fleet, monitoring: Monitoring | None, cell: Cell,
         try:
             for t, long, r in zip(sched_times, sched_long, sched_replica, strict=True):
                 await asyncio.sleep(max(0.0, start + t - time.monotonic()))
-                pool, done = await replicas[r].place(View(capacities, decisions, live))
+                pool, done = await replicas[r].place(View(capacities, decisions, live,
+                                                             token_times))
                 record = Record(t, pool, long)
                 records.append(record)
                 senders.append(asyncio.create_task(routed(record, done)))

@@ -3,7 +3,8 @@
 The baselines read only what their name says: nothing (random, round-robin), the
 configured capacities (weighted), the bridge's summary as served (least load, least
 saturation, power of two choices on load_ratio), or every Proxy at the moment of the
-decision (oracle: the limit for this fleet's slots). Every policy that uses the
+decision (oracle: the limit for this fleet's slots; oracle_time: the same counts
+weighed by what a token costs in each pool, from llama.cpp's own counters). Every policy that uses the
 summary with the Scheduler's own count, or the Proxies' load reports, is the
 product's picker (poolscope.scheduler_bridge.picker), imported, not restated here: the
 code a Scheduler runs is the code measured. A baseline skips a pool whose value is
@@ -30,6 +31,13 @@ from poolscope.scheduler_bridge.picker import SUMMARY_MAX_AGE_S, Placement, Pool
 LiveRead = Callable[[], Awaitable[Mapping[str, float | None]]]
 # Called once when a placed request's answer has ended: whether the pool refused it.
 Done = Callable[[bool], None]
+# Seconds each pool's engines spent per generated token over the last few seconds, from
+# their own counters; a pool missing from it has not been measured yet.
+TokenTimes = Callable[[], Mapping[str, float]]
+
+
+def _unmeasured() -> Mapping[str, float]:
+    return {}
 
 
 @dataclass
@@ -39,6 +47,7 @@ class View:
     capacities: Mapping[str, int]
     rng: random.Random
     live: LiveRead
+    token_times: TokenTimes = _unmeasured
 
 
 def _weighted(view: View, among: Sequence[str] | None = None) -> str:
@@ -62,6 +71,7 @@ class Policy:
     name = ""
     reads_summary = False
     reads_reports = False
+    reads_engines = False  # their decode counters, in the background (view.token_times)
 
     def __init__(self, capacities: Mapping[str, int], replicas: int, rng: random.Random,
                  clock: Callable[[], float] = time.time) -> None:
@@ -158,6 +168,26 @@ class Oracle(Policy):
                              for p, c in view.capacities.items()})
 
 
+class OracleTime(Policy):
+    """The oracle's count weighed by time: the expected time to finish a new request
+    where a slot is not a unit of capacity (a llama.cpp server decodes each of 8 busy
+    slots about 2.8x slower than one alone). With a slot free it decodes at the seconds
+    a token takes there now (the engines' own decode counters); with none, it waits
+    (requests held + 1) / capacity rounds of that. A pool not yet measured is taken at
+    the slowest measured pool's time, never as free."""
+
+    name = "oracle_time"
+    reads_engines = True
+
+    async def choose(self, view: View) -> str:
+        live = await view.live()
+        times = view.token_times()
+        slowest = max(times.values(), default=1.0)
+        return _least(view, {p: None if live[p] is None
+                             else max(1.0, (live[p] + 1) / c) * times.get(p, slowest)
+                             for p, c in view.capacities.items()})
+
+
 class Picker(Policy):
     """The product's PoolPicker on the summary alone (each pool's load as last measured,
     plus this replica's own count), told how many replicas share the traffic."""
@@ -232,6 +262,6 @@ class PickerUnaware(Picker):
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (
-    Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Oracle, Picker,
-    PickerWithReports, PickerTwoChoices, PickerWithReportsTwoChoices, PickerOwnCount,
+    Random, RoundRobin, Weighted, LeastLoad, LeastSaturation, PowerOfTwo, Oracle, OracleTime,
+    Picker, PickerWithReports, PickerTwoChoices, PickerWithReportsTwoChoices, PickerOwnCount,
     PickerUnaware)}

@@ -70,6 +70,25 @@ async def test_the_oracle_ranks_by_what_the_pools_hold_now_over_capacity() -> No
     assert await picks("oracle", view(None, live=c_unreported), n=5) == Counter(b=5)
 
 
+async def test_the_time_oracle_ranks_by_the_time_a_new_request_would_take() -> None:
+    async def live() -> Mapping[str, float]:
+        return {"a": 5.0, "b": 3.0, "c": 3.0}
+
+    def times(measured: Mapping[str, float]) -> View:
+        return View(CAPACITIES, random.Random(0), live, lambda: measured)
+
+    async def chosen(measured: Mapping[str, float]) -> Counter[str]:
+        policy = POLICIES["oracle_time"](CAPACITIES, 1, random.Random(0), lambda: NOW)
+        return Counter([(await policy.place(times(measured)))[0] for _ in range(5)])
+
+    # A slot free in a and b: a new request decodes at their token times (b's faster,
+    # whatever share of a's slots is busy); c is full, (3 + 1) / 2 = 2 rounds of 0.008 s.
+    assert await chosen({"a": 0.015, "b": 0.012, "c": 0.008}) == Counter(b=5)
+    assert await chosen({"a": 0.010, "b": 0.012, "c": 0.008}) == Counter(a=5)
+    # Not measured yet: taken at the slowest measured time, never as free.
+    assert await chosen({"a": 0.020, "b": 0.030}) == Counter(a=5)
+
+
 def test_percentile_is_nearest_rank() -> None:
     values = list(range(1, 101))
     assert [percentile(values, q) for q in (50, 95, 99, 100)] == [50, 95, 99, 100]
