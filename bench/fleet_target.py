@@ -36,9 +36,11 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
+from prometheus_client.utils import floatToGoString
 
 from poolscope.exporters.common import catalog
 from poolscope.exporters.common.catalog import Family
+from poolscope.exporters.proxy.histogram import QUEUE_WAIT_BUCKETS, REQUEST_DURATION_BUCKETS
 
 # Label values for every non-identity label the catalog uses. GPU labels are
 # expanded together (one GPU has one uuid and one model); a family with a
@@ -65,7 +67,11 @@ GATEWAY_ONLY = frozenset({catalog.PROXY_COLLECTOR_SAMPLE_AGE.name,
                           catalog.PROXY_GATEWAY_SERIES_SKIPPED.name})
 # Every simulated collector reads: none is switched off or has nothing to read.
 NOT_ON_A_HEALTHY_FLEET = frozenset({catalog.COLLECTOR_UNAVAILABLE.name})
-BUCKETS = ("0.1", "0.5", "1", "5", "10", "+Inf")
+# Each histogram's bounds as the exporters publish them: a bucket is a series.
+BUCKETS: dict[str, tuple[str, ...]] = {
+    family.name: (*(floatToGoString(b) for b in bounds), "+Inf") for family, bounds in (
+        (catalog.PROXY_INSTANCE_REQUEST_DURATION, REQUEST_DURATION_BUCKETS),
+        (catalog.PROXY_QUEUE_WAIT, QUEUE_WAIT_BUCKETS))}
 
 # Gauge values that make the fleet look like a healthy, moderately busy one;
 # any gauge not listed reads 1.
@@ -131,9 +137,9 @@ SOURCES: dict[str, str] = {
         catalog.SOURCE_DERIVED),
     **dict.fromkeys((f.name for f in (
         catalog.PROXY_INSTANCE_REGISTERED, catalog.PROXY_INSTANCE_ALIVE,
-        catalog.PROXY_INSTANCE_LAST_HEARTBEAT, catalog.PROXY_INSTANCE_HEARTBEAT_AGE,
-        catalog.PROXY_INSTANCE_LAST_RESOURCE_REPORT, catalog.POOL_INSTANCES_REGISTERED,
-        catalog.POOL_INSTANCES_ALIVE, catalog.POOL_INSTANCES_STALE)),
+        catalog.PROXY_INSTANCE_HEARTBEAT_AGE, catalog.POOL_INSTANCES_REGISTERED,
+        catalog.POOL_INSTANCES_ALIVE, catalog.POOL_INSTANCES_STALE,
+        catalog.PROXY_INSTANCES_FORGOTTEN)),
         catalog.SOURCE_PROXY_REGISTRY),
     **dict.fromkeys((f.name for f in (
         catalog.PROXY_INSTANCE_INFLIGHT, catalog.PROXY_INSTANCE_REQUESTS,
@@ -231,8 +237,9 @@ def _samples(family: Family, identity: dict[str, str], gpus: int, members: int,
         elif family.kind == "counter":
             yield Sample(f"{family.name}{{{text}}} ", 0.0, COUNTER_RATE)
         else:
-            for i, le in enumerate(BUCKETS):
-                share = (i + 1) / len(BUCKETS)
+            bounds = BUCKETS[family.name]
+            for i, le in enumerate(bounds):
+                share = (i + 1) / len(bounds)
                 yield Sample(f'{family.name}_bucket{{{text},le="{le}"}} ', 0.0,
                              COUNTER_RATE * share)
             yield Sample(f"{family.name}_sum{{{text}}} ", 0.0, COUNTER_RATE * 0.8)

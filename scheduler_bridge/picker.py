@@ -28,6 +28,7 @@ docs/scheduling.md measures each step, and the options (`replicas`, `choices`).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import Counter
@@ -117,6 +118,9 @@ class _Said:
 
     capacity: float | None = None  # the last measured one (a 0 included)
     state: str | None = None  # the last admission state stated
+    # Until when the pool's last report keeps it known (a pool of the summary is known
+    # while it is in the summary).
+    heard_until: float = -math.inf
 
 
 _NOTHING_SAID = _Said()  # a pool only configured
@@ -161,7 +165,8 @@ class PoolPicker:
         self._summary: dict[str, _Measured] = {}
         self._reports: dict[str, _Measured] = {}
         self._refused_until: dict[str, float] = {}
-        # Every pool of the last summary or a report held (bounded by the pools now).
+        # Every pool of the last summary or heard from within report_max_age_s: bounded
+        # by the pools now (`_forget`).
         self._said: dict[str, _Said] = {}
         self._summary_pools: frozenset[str] = frozenset()
 
@@ -170,10 +175,8 @@ class PoolPicker:
     def summary_received(self, snapshot: BridgeSnapshot, received_at: float | None = None
                          ) -> None:
         received_at = self._clock() if received_at is None else received_at
-        # A pool that left the summary is forgotten here too.
-        self._said = {p: self._said[p] for p in (*snapshot.pools, *self._reports)
-                      if p in self._said}
         self._summary_pools = frozenset(snapshot.pools)
+        self._forget(received_at)  # a pool that left the summary, unless it reports
         for pool in snapshot.pools.values():
             self._remember(pool)
         if snapshot.age_s is None:  # nothing to age it by: what it says, no estimate
@@ -208,7 +211,12 @@ class PoolPicker:
         until = report.measured_at + self._report_max_age
         if held is not None and until < held.until:
             return
-        self._remember(report.pool)
+        if report.proxy_id not in self._said:
+            # A pool not held yet: what the pools that stopped reporting left goes first,
+            # so a Scheduler that receives reports and picks nothing does not keep them.
+            self._forget(self._clock())
+        said = self._remember(report.pool)
+        said.heard_until = max(said.heard_until, until)
         measured = self._measure(report.pool, report.measured_at, until)
         if measured is None:
             self._reports.pop(report.proxy_id, None)
@@ -221,12 +229,25 @@ class PoolPicker:
         others = self.own.others(pool, when)
         return None if others is None else _Measured(others, until)
 
-    def _remember(self, pool: PoolSummary) -> None:
+    def _remember(self, pool: PoolSummary) -> _Said:
         said = self._said.setdefault(pool.proxy_id, _Said())
         if pool.load.capacity is not None:
             said.capacity = pool.load.capacity
         if pool.health.pool_admission_state is not None:
             said.state = pool.health.pool_admission_state
+        return said
+
+    def _forget(self, now: float) -> None:
+        """Drop the reports too old to rank on, the refusals past their backoff, and what
+        a pool said of itself once neither the summary nor a report holds it: a pool
+        that was deleted, or whose Proxy stopped reporting, is not kept for ever."""
+        for proxy_id in [p for p, m in self._reports.items() if m.until < now]:
+            del self._reports[proxy_id]
+        for proxy_id in [p for p, said in self._said.items()
+                         if said.heard_until < now and p not in self._summary_pools]:
+            del self._said[proxy_id]
+        for proxy_id in [p for p, t in self._refused_until.items() if t <= now]:
+            del self._refused_until[proxy_id]
 
     # --- the decision ----------------------------------------------------------------
 
@@ -267,12 +288,7 @@ class PoolPicker:
     def _pools(self, now: float) -> list[_Candidate]:
         """Every pool that takes requests. Its score counts the request being placed, so
         a large pool and a small one at the same ratio are told apart."""
-        for proxy_id in [p for p, m in self._reports.items() if m.until < now]:
-            del self._reports[proxy_id]
-            if proxy_id not in self._summary_pools:  # it said nothing for too long
-                self._said.pop(proxy_id, None)
-        for proxy_id in [p for p, t in self._refused_until.items() if t <= now]:
-            del self._refused_until[proxy_id]
+        self._forget(now)
         summary = self._summary
         if summary and next(iter(summary.values())).until < now:
             summary = self._summary = {}

@@ -53,13 +53,14 @@ async def create_app(proxy_id: str, instances: dict[str, str],
                 return error_response(502, f"the Instance failed: {e}", "upstream_error")
 
     async def check_health() -> None:
-        """An answered health check is the Instance's heartbeat: alive means it answered."""
+        """An answered health check is the Instance's heartbeat: alive means it answered.
+        One the registry forgot (silent past its bound) is registered again when it answers."""
         while True:
             for instance_id, url in instances.items():
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(1)) as r:
-                        if r.status == 200:
-                            exporter.instances.heartbeat(instance_id)
+                        if r.status == 200 and not exporter.instances.heartbeat(instance_id):
+                            exporter.instances.register(instance_id, url, capacity)
             await asyncio.sleep(2.0)  # well inside the registry's 10 s heartbeat timeout
 
     # Served on the event loop, so a scrape never reads a half-updated dispatch; in

@@ -3,7 +3,7 @@
     python -m deploy.demo.proxy --proxy-id proxy-a --listen 127.0.0.1:8001 \\
         [--strategy round_robin|least_inflight] [--prepare-workers N] \\
         [--prepare-capacity N] [--ready-capacity N] [--queue-timeout S] \\
-        [--prepare-ms-mean MS] [--heartbeat-timeout S]
+        [--prepare-ms-mean MS] [--heartbeat-timeout S] [--forget-after S]
 
 Data plane: POST /v1/chat/completions (OpenAI; `stream: true` relays SSE).
 Control plane (Instances call it): POST /v1/instance/register {instance_id,
@@ -35,10 +35,12 @@ from deploy.demo.proxy_chat import ChatPath, PathConfig
 from deploy.demo.proxy_control import ControlPlane
 from deploy.demo.proxy_select import Strategy
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
+from poolscope.exporters.common.thresholds import FORGET_AFTER_S
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
 from poolscope.service.argtypes import (
+    OneLineErrorParser,
     host_port,
     identifier,
     non_negative_float,
@@ -55,10 +57,11 @@ CHAT = web.AppKey("chat", ChatPath)
 
 def create_app(proxy_id: str, path: PathConfig | None = None,
                heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT, *,
-               clock: Clock = SYSTEM_CLOCK, rng: random.Random | None = None,
+               forget_after: float = FORGET_AFTER_S, clock: Clock = SYSTEM_CLOCK,
+               rng: random.Random | None = None,
                registry: CollectorRegistry | None = None) -> web.Application:
     """The whole Proxy as an aiohttp app; its exporter is in app[EXPORTER]."""
-    exporter = ProxyExporter(proxy_id, heartbeat_timeout, clock)
+    exporter = ProxyExporter(proxy_id, heartbeat_timeout, clock, forget_after)
     metrics = registry if registry is not None else CollectorRegistry()
     exporter.register_into(metrics)
     chat = ChatPath(exporter, path or PathConfig(), rng)
@@ -90,8 +93,8 @@ def create_app(proxy_id: str, path: PathConfig | None = None,
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     d = PathConfig()
-    p = argparse.ArgumentParser(prog="python -m deploy.demo.proxy",
-                                description=__doc__.split("\n")[0])
+    p = OneLineErrorParser(prog="python -m deploy.demo.proxy",
+                           description=__doc__.split("\n")[0])
     p.add_argument("--proxy-id", required=True, type=identifier)
     p.add_argument("--listen", type=host_port, required=True, metavar="HOST:PORT")
     p.add_argument("--strategy", type=Strategy, choices=list(Strategy), default=d.strategy)
@@ -105,13 +108,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-timeout", type=positive_float,
                    default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="S",
                    help="an Instance silent this long is not alive")
-    return p.parse_args(argv)
+    p.add_argument("--forget-after", type=positive_float, default=FORGET_AFTER_S, metavar="S",
+                   help="an Instance silent this long is forgotten, with its series "
+                        "(default %(default)g; longer than --heartbeat-timeout)")
+    args = p.parse_args(argv)
+    if not args.forget_after > args.heartbeat_timeout:
+        p.error(f"argument --forget-after: must be greater than --heartbeat-timeout "
+                f"({args.heartbeat_timeout:g}), got {args.forget_after:g}")
+    return args
 
 
 async def serve(args: argparse.Namespace) -> None:
     path = PathConfig(args.strategy, args.prepare_workers, args.prepare_capacity,
                       args.ready_capacity, args.queue_timeout, args.prepare_ms_mean)
-    app = create_app(args.proxy_id, path, args.heartbeat_timeout)
+    app = create_app(args.proxy_id, path, args.heartbeat_timeout,
+                     forget_after=args.forget_after)
     # A client leaving cancels its handler; on shutdown, requests still open
     # get a second, then are cancelled (a demo must stop when told); per-request
     # access lines would drown the demo's logs under load.

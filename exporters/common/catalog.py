@@ -251,16 +251,9 @@ PROXY_INSTANCE_REGISTERED = _instance(
 PROXY_INSTANCE_ALIVE = _instance(
     "poolscope_proxy_instance_alive", "gauge",
     "1 when the Instance heartbeat arrived within the Proxy's timeout, else 0.")
-PROXY_INSTANCE_LAST_HEARTBEAT = _instance(
-    "poolscope_proxy_instance_last_heartbeat_timestamp_seconds", "gauge",
-    "Wall-clock time of the Instance's last heartbeat at the Proxy.")
 PROXY_INSTANCE_HEARTBEAT_AGE = _instance(
     "poolscope_proxy_instance_heartbeat_age_seconds", "gauge",
     "Seconds since the Instance's last heartbeat, monotonic clock at scrape time.")
-PROXY_INSTANCE_LAST_RESOURCE_REPORT = _instance(
-    "poolscope_proxy_instance_last_resource_report_timestamp_seconds", "gauge",
-    "Wall-clock time the Proxy last received a resource report from the Instance; "
-    "absent when it never has.")
 PROXY_INSTANCE_CAPACITY = _instance(
     "poolscope_proxy_instance_capacity_requests", "gauge",
     "Concurrent requests the Proxy is configured to send the Instance "
@@ -338,6 +331,12 @@ POOL_CAPACITY = _proxy(
     "Concurrent requests configured at the Proxy for its alive Instances "
     "(source=configured), 0 when none of them is alive; absent when no Instance, or "
     "an alive one, has none configured.")
+PROXY_INSTANCES_FORGOTTEN = _proxy(
+    "poolscope_proxy_instances_forgotten_total", "counter",
+    "Instances the embedded Proxy forgot because they sent no heartbeat for its "
+    "forget-after bound (FORGET_AFTER_S in poolscope.exporters.common.thresholds), with "
+    "every series about them; a deregistered Instance is not counted. A gateway keeps "
+    "no members to forget.")
 PROXY_COLLECTOR_SUCCESS = _proxy(
     "poolscope_proxy_collector_success", "gauge",
     "1 when the Proxy collector read its state, 0 when it failed.", "collector")

@@ -31,6 +31,13 @@ MEMBER_MEMORY = "5m"
 """How long a self-declared member that stopped answering stays a (stale) member,
 and how long a silent Proxy-side source keeps its pool from falling back."""
 
+FORGET_AFTER_S = 600.0
+"""How long a member the embedded Proxy registered may stay silent (no heartbeat) before
+the Proxy forgets it with everything it kept about it: a member silent this long is gone
+(a crashed pod never deregisters), and keeping it would grow the Proxy's page and the pool
+counts with every member that ever existed. Until then it is stale. Longer than any
+heartbeat timeout, which the Proxy checks at start-up."""
+
 RATE_WINDOW_S = 60.0
 """The window of every rate the rules record (the `1m` in their names), and of each
 rate an exporter states over its own samples (exporters/common/window_rate.py)."""
@@ -77,12 +84,14 @@ ALERT_DOWN_S = 120.0
 its alert fires: a restart or a rolling update takes less."""
 
 ALERT_FAILING_S = 300.0
-"""How long a collector keeps failing, or a GPU unhealthy, before its alert fires: one
-failed read of a busy engine or device is not a fault."""
+"""How long a collector keeps failing, a GPU unhealthy, or a pool's members stale before
+its alert fires: one failed read of a busy engine or device is not a fault. Shorter than
+FORGET_AFTER_S less a heartbeat timeout, so a crashed member is named before the Proxy
+forgets it."""
 
 ALERT_DEGRADED_S = 600.0
-"""How long a pool may have stale members or alive members without fresh resource
-data (a data_quality of partial for a cause that is a fault) before its alert fires."""
+"""How long a pool may have alive members without fresh resource data (a data_quality
+of partial for a cause that is a fault) before its alert fires."""
 
 ALERT_SATURATED_S = 600.0
 """How long a pool stays saturated, or its Proxy keeps turning requests away, before

@@ -10,7 +10,9 @@ Beside the per-Instance series (drill-down, the Proxy bridge's local view) it
 publishes the pool's counts (registered, alive, stale, idle, idle unknown), its
 inflight and configured capacity as one series each: it knows them at scrape
 time, and a pool rule that sums one series per pool costs nothing per Instance
-(docs/benchmarks.md).
+(docs/benchmarks.md). The registry forgets a member silent past its bound, so its
+series end at the next scrape; how many it forgot is a counter, a measured 0 from
+the start.
 
 QPS is deliberately absent: `poolscope_proxy_requests_total` is a real counter
 and Prometheus derives the rate (`rate(...[1m])`) from it.
@@ -94,7 +96,7 @@ class ProxyCollector(Collector):
     def _read(self) -> list[Metric]:
         """Every state family, built completely before any is published."""
         return [*self._instance_families(), *self._pool_families(), *self._queue_families(),
-                self._requests_family()]
+                self._requests_family(), self._forgotten_family()]
 
     def _pool_families(self) -> Sequence[Metric]:
         """The pool's counts, inflight and configured capacity, one series each."""
@@ -154,8 +156,7 @@ class ProxyCollector(Collector):
     def _instance_families(self) -> Sequence[Metric]:
         f = {fam: fam.new() for fam in (
             c.PROXY_INSTANCE_REGISTERED, c.PROXY_INSTANCE_ALIVE,
-            c.PROXY_INSTANCE_LAST_HEARTBEAT, c.PROXY_INSTANCE_HEARTBEAT_AGE,
-            c.PROXY_INSTANCE_LAST_RESOURCE_REPORT, c.PROXY_INSTANCE_CAPACITY,
+            c.PROXY_INSTANCE_HEARTBEAT_AGE, c.PROXY_INSTANCE_CAPACITY,
             c.PROXY_INSTANCE_INFLIGHT, c.PROXY_INSTANCE_REQUESTS,
             c.PROXY_INSTANCE_REQUEST_DURATION, c.PROXY_INSTANCE_LAST_DISPATCH,
             c.PROXY_INSTANCE_IDLE)}
@@ -166,12 +167,8 @@ class ProxyCollector(Collector):
             f[c.PROXY_INSTANCE_REGISTERED].add_metric(registry, 1.0)
             f[c.PROXY_INSTANCE_ALIVE].add_metric(
                 registry, 1.0 if self._registry.is_alive(inst, now) else 0.0)
-            f[c.PROXY_INSTANCE_LAST_HEARTBEAT].add_metric(registry, inst.last_heartbeat_time)
             f[c.PROXY_INSTANCE_HEARTBEAT_AGE].add_metric(
                 registry, self._registry.heartbeat_age(inst, now))
-            if inst.last_resource_report_time is not None:
-                f[c.PROXY_INSTANCE_LAST_RESOURCE_REPORT].add_metric(
-                    registry, inst.last_resource_report_time)
             if inst.capacity is not None:
                 f[c.PROXY_INSTANCE_CAPACITY].add_metric(
                     (self.proxy_id, inst.instance_id, c.SOURCE_CONFIGURED), float(inst.capacity))
@@ -205,6 +202,12 @@ class ProxyCollector(Collector):
                 f[c.PROXY_QUEUE_REJECTIONS].add_metric(
                     (*measured, reason), float(q.rejections[reason]))
         return list(f.values())
+
+    def _forgotten_family(self) -> Metric:
+        family = c.PROXY_INSTANCES_FORGOTTEN.new()
+        family.add_metric((self.proxy_id, c.SOURCE_PROXY_REGISTRY),
+                          float(self._registry.forgotten))
+        return family
 
     def _requests_family(self) -> Metric:
         family = c.PROXY_REQUESTS.new()

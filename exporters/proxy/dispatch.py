@@ -127,8 +127,9 @@ class DispatchTracker:
     """Counts requests and dispatches; per-Instance state lives in the registry.
 
     Keeping dispatch stats on the registry's Instance record means that
-    deregistering an Instance drops its series in one step; a dispatch still in
-    flight at that moment finishes on the orphaned record and resurrects nothing.
+    deregistering or forgetting an Instance drops its series in one step; a dispatch
+    still in flight at that moment finishes on the orphaned record and resurrects
+    nothing.
     The registry is reached through `stats_of` (an id's stats, or None when it is
     not registered), so this module needs nothing from the registry's.
     """

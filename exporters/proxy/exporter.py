@@ -1,6 +1,6 @@
 """The Proxy exporter as one object a Python (asyncio) proxy embeds.
 
-    exporter = ProxyExporter("proxy-a", heartbeat_timeout=10.0)
+    exporter = ProxyExporter("proxy-a", heartbeat_timeout=10.0, forget_after=600.0)
     exporter.add_queue("prepare", depth=lambda: len(prepare_queue), capacity=64)
     exporter.register_into(registry)           # a prometheus_client CollectorRegistry
     exporter.instances.register("i-1", "http://10.0.0.5:8000", capacity=8)
@@ -29,6 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from poolscope.exporters.common.thresholds import FORGET_AFTER_S
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.collector import ProxyCollector
 from poolscope.exporters.proxy.dispatch import DispatchTracker
@@ -40,12 +41,15 @@ class ProxyExporter:
     """One Proxy's registry, dispatch tracker, queues and their collector."""
 
     def __init__(self, proxy_id: str, heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, forget_after: float = FORGET_AFTER_S) -> None:
+        """An Instance silent for `heartbeat_timeout` seconds is stale, for `forget_after`
+        forgotten (poolscope.exporters.proxy.registry)."""
         if not proxy_id:
             raise ValueError("proxy_id must be a non-empty string")
         self.proxy_id = proxy_id
         self.clock = clock
-        self.instances = InstanceRegistry(heartbeat_timeout, clock)
+        self.instances = InstanceRegistry(heartbeat_timeout, clock, forget_after,
+                                          proxy_id=proxy_id)
         self.dispatch = DispatchTracker(self.instances.dispatch_stats, clock)
         self.collector = ProxyCollector(proxy_id, self.instances, self.dispatch, (), clock)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from poolscope.exporters.common import catalog
+from poolscope.exporters.common.thresholds import RATE_WINDOW_S
 from poolscope.exporters.common.window_rate import WindowRate
 from poolscope.exporters.instance.engine import EngineSample
 from poolscope.exporters.instance.host import HostReader
@@ -150,3 +151,20 @@ def test_another_engine_behind_the_url_starts_the_success_rate_over() -> None:
     assert stated[59] == [("engine:vllm", pytest.approx(4.0))]
     assert stated[60:112] == [[]] * 52  # its counter is higher, yet no jump is a rate
     assert stated[112] == [("engine:sglang", pytest.approx(2.0))]
+
+
+def test_a_model_unloaded_from_the_sum_is_no_rate_not_a_negative_or_zero_one() -> None:
+    """A router's models are summed: an unloaded model's requests leave the counter,
+    which then falls, and the window starts over rather than state a rate across it."""
+    stated = _success_rate_after([_engine(2.0 * t + 3.0 * t) for t in range(61)]
+                                 + [_engine(2.0 * 61)])
+    assert stated[60] == [("engine:vllm", pytest.approx(5.0))]
+    assert stated[61] == []
+
+
+def test_a_window_fed_for_a_day_holds_one_window_of_points() -> None:
+    window = WindowRate()
+    for t in range(86_400):
+        window.observe(float(t), float(t))
+    assert len(window._points) <= RATE_WINDOW_S + 2  # one point a second
+    assert window.rate() == 1.0

@@ -258,13 +258,13 @@ async def test_resource_snapshot_records_its_time(make_harness: MakeHarness) -> 
     clock = FakeClock()
     h = await make_harness(clock=clock)
     await h.register()
-    labels = {"instance_id": "i-1", "source": "proxy_registry"}
-    name = "poolscope_proxy_instance_last_resource_report_timestamp_seconds"
-    assert h.sample(name, **labels) is None
+    instance, = h.exporter.instances.instances()
+    assert instance.last_resource_report_time is None
     resp = await h.client.post("/v1/instance/resource_snapshot",
                                json={"instance_id": "i-1", "snapshot": {"cpu": 0.1}})
     assert resp.status == 200
-    assert h.sample(name, **labels) == clock.now_wall
+    assert (instance.last_resource_report_time, instance.resource_snapshot) == (
+        clock.now_wall, {"cpu": 0.1})
     unknown = await h.client.post("/v1/instance/resource_snapshot",
                                   json={"instance_id": "nope", "snapshot": {}})
     assert unknown.status == 404

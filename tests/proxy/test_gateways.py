@@ -895,6 +895,25 @@ async def test_a_pool_the_gateway_drops_leaves_its_health_series(
     assert health(page, "poolscope_proxy_collector_success", "batch") is None
 
 
+async def test_endpoints_a_rollout_replaced_leave_with_the_page(
+        gateway_server: FakeGateway, make_exporter: MakeExporter) -> None:
+    """The adapter keeps no member between reads: each read replaces the last, so after
+    rollouts that rename every endpoint the page names the latest ones only (the gateway
+    forgot the others, and so does the page; nothing is left to count as forgotten)."""
+    exporter = make_exporter("llmgw", gateway_server.url, Pools(label="pool"))
+    registry = exporter.registry()
+    page_text = fixture_text("llmgw")
+    per_member = (c.PROXY_INSTANCE_REGISTERED, c.PROXY_INSTANCE_ALIVE, c.PROXY_INSTANCE_INFLIGHT)
+    listed = {e for r in read("llmgw", page_text, Pools(label="pool")).values()
+              for e in r.endpoints}
+    for rollout in range(3):
+        gateway_server.body = page_text.replace('replica="', f'replica="r{rollout}-').encode()
+        await exporter.loop.sample_all()
+        page = scrape(registry)
+        members = {lb["instance_id"] for family in per_member
+                   for lb, _ in page.get(family.name, [])}
+        assert members == {f"r{rollout}-{e}" for e in listed}
+
 
 @pytest.mark.parametrize("fixture", GIE_FIXTURES)
 def test_gie_page_without_pool_families_counts_no_members(fixture: str) -> None:

@@ -46,7 +46,7 @@ async def proxy_url(tmp_path: Path) -> AsyncIterator[str]:
          "--listen", f"127.0.0.1:{port}", "--prepare-ms-mean", "5",
          # The Instance registers once and never beats: it must stay alive for as
          # long as Prometheus takes to start and scrape twice on a busy machine.
-         "--heartbeat-timeout", "600"],
+         "--heartbeat-timeout", "600", "--forget-after", "1200"],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -128,3 +128,15 @@ def test_a_template_naming_no_threshold_fails_to_render() -> None:
                                                (3725, "1h2m5s")])
 def test_durations_are_written_as_promql_does(seconds: float, text: str) -> None:
     assert render.duration(seconds) == text
+
+
+def test_a_crashed_member_is_named_before_its_proxy_forgets_it() -> None:
+    """The stale-members alert fires (its window and one evaluation after the member's
+    heartbeats stop counting) before the embedded Proxy forgets the member."""
+    from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
+    stale, = (r for r in _rules(render.render_rules())
+              if r.get("alert") == "PoolscopePoolMembersStale")
+    units = {"s": 1, "m": 60, "h": 3600}
+    window_s = sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", stale["for"]))
+    assert (DEFAULT_HEARTBEAT_TIMEOUT + window_s + thresholds.ALERT_INTERVAL_S
+            < thresholds.FORGET_AFTER_S), (stale["for"], thresholds.FORGET_AFTER_S)

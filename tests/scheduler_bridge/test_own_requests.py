@@ -154,3 +154,14 @@ def test_a_wall_clock_stepped_back_keeps_the_history_in_order() -> None:
     own.finished(second)
     assert own.mine_now("a") == 1
     assert [own.in_flight("a", t) for t in (999.0, 1000.0, 1001.0)] == [0, 1, 1]
+
+
+def test_pools_that_came_and_went_are_not_kept() -> None:
+    """A thousand pools, each used for a while and deleted: the histories held are those
+    of the pools used within about two horizons, not of every pool ever used."""
+    clock = Clock(0.0)
+    own = OwnRequests(horizon_s=60.0, clock=clock)
+    for i in range(1000):
+        own.finished(own.sent(f"pool-{i}"))
+        clock.now += 10.0
+    assert own.pools() <= 2 * 60 / 10 + 1

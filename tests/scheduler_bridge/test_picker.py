@@ -292,3 +292,57 @@ def test_a_pool_known_only_from_reports_is_forgotten_when_they_stop() -> None:
     clock.now += 3.5
     with pytest.raises(NoDecision, match="no pool is known"):
         p.pick()
+
+
+def test_what_pools_said_is_bounded_by_those_heard_lately() -> None:
+    """Pools come and go, in the summary and by their reports (half of them with no
+    inflight to measure), and the Scheduler places nothing meanwhile: what the picker
+    holds is the summary's pools and those heard within report_max_age_s, not every
+    pool that ever was."""
+    clock = Clock()
+    p = PoolPicker(clock=clock, report_max_age_s=3.0)
+    for i in range(1000):
+        p.summary_received(snapshot(clock.now, **{f"summed-{i}": {"inflight_total": 0.0}}))
+        clock.now += 1.0
+    assert set(p._said) == {"summed-999"}
+    for i in range(1000):
+        inflight = None if i % 2 else 1.0
+        p.report_received(receive_report({
+            "schema_version": 1, "proxy_id": f"pool-{i}", "generated_at": clock.now,
+            "load": {"inflight_total": inflight, "capacity": 4.0,
+                     "inflight_sampled_at": clock.now}}, clock.now))
+        clock.now += 1.0
+    assert len(p._said) <= 1 + 4 and len(p._reports) <= 4
+    p.summary_received(snapshot(clock.now))
+    clock.now += 3.5
+    with pytest.raises(NoDecision, match="no pool is known"):
+        p.pick()
+    assert (p._said, p._reports) == ({}, {})
+
+
+def test_a_pool_reporting_asleep_with_no_inflight_stays_out_while_it_reports() -> None:
+    clock = Clock()
+    p = PoolPicker({"a": 8.0, "b": 8.0}, rng=random.Random(0), clock=clock,
+                   report_max_age_s=3.0)
+    for _ in range(5):
+        p.report_received(receive_report({
+            "schema_version": 1, "proxy_id": "b", "generated_at": clock.now,
+            "load": {"inflight_total": None, "inflight_sampled_at": clock.now},
+            "health": {"pool_admission_state": "asleep"}}, clock.now))
+        assert picks(p, 4) == Counter(a=4)
+        clock.now += 1.0
+
+
+def test_pools_deleted_from_the_summary_or_refusing_once_are_not_kept() -> None:
+    """Every second a new pool appears in the summary, an old one leaves it, and each
+    pool placed on refuses: the picker holds the summary's pools and the refusals of
+    the last backoff."""
+    clock = Clock()
+    p = PoolPicker(rng=random.Random(0), clock=clock, refusal_backoff_s=5.0)
+    for i in range(1000):
+        p.summary_received(snapshot(clock.now, **{f"pool-{j}": {"inflight_total": 0.0}
+                                                  for j in (i, i + 1)}))
+        p.finished(p.pick(), refused=True)
+        clock.now += 1.0
+    assert set(p._said) == set(p._summary) == {"pool-999", "pool-1000"}
+    assert len(p._refused_until) <= 6

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from poolscope.bridge.promapi import AllBackendsFailed, ErrorKind, PrometheusAPI
+from poolscope.bridge.promapi import MAX_LAYOUTS, AllBackendsFailed, ErrorKind, PrometheusAPI
 from tests.scheduler_bridge.conftest import Serve
 
 GOOD = {"status": "success", "data": {"resultType": "vector", "result": [
@@ -144,3 +144,16 @@ async def test_a_failed_answer_keeps_the_layout_and_a_bad_value_is_still_refused
     assert after.labels is kept.labels
     assert list(after.values) == [3.0] * 150
     assert [e.kind for e in bad.value.errors] == [ErrorKind.RESPONSE]
+
+
+async def test_the_layouts_kept_are_capped_however_many_queries_were_asked(
+        changing: tuple[Answer, str]) -> None:
+    """Each pool's own query (the drill-down's, the Proxy bridge's) keeps a layout: pools
+    come and go, and only the MAX_LAYOUTS last asked are kept."""
+    answer, url = changing
+    answer.body = _answer(_pools(150, "1"), 1.5)
+    async with aiohttp.ClientSession() as session:
+        api = PrometheusAPI([url], session, 2.0)
+        for i in range(4 * MAX_LAYOUTS):
+            await api.query(f'x{{proxy_id="pool-{i}"}}', 1.5)
+    assert len(api._layouts) == MAX_LAYOUTS

@@ -194,3 +194,16 @@ async def test_new_credentials_wait_one_check_per_flooding_address_not_the_whole
     # FIFO would have checked all 12 guesses first; round robin, at most one per
     # flooding address after the check under way.
     assert checked.index(b"s3cret") <= 1 + 3
+
+
+async def test_the_answers_remembered_are_capped_however_many_credentials_were_tried() -> None:
+    """A flood of wrong passwords, then of right ones under many names: each kind of
+    answer is held up to its cap, never one entry per credential ever tried."""
+    basic_auth = auth._BasicAuth({"prom": HASH})
+    answer = asyncio.get_running_loop().create_future()
+    for i in range(3 * auth._REMEMBERED_MAX):
+        for hashed, ok in ((None, False), (HASH, True)):
+            check = auth._Check(b"pw", hashed, f"{ok}{i}".encode(), answer, lambda: True)
+            basic_auth._remember(check, ok)
+    assert len(basic_auth._failed) <= auth._REMEMBERED_MAX
+    assert len(basic_auth._passed) <= auth._REMEMBERED_MAX

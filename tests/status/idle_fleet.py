@@ -95,10 +95,18 @@ async def _history(proxy: _Proxy) -> None:
                         key=lambda m: -(m.dispatched_ago_s or 0.0))
     ahead = max((m.dispatched_ago_s or 0.0 for m in dispatched), default=0.0)
     for m in dispatched:
-        proxy.clock.ahead_s = ahead - (m.dispatched_ago_s or 0.0)
+        _set_ahead(proxy, ahead - (m.dispatched_ago_s or 0.0))
         await _dispatch(proxy.exporter, m.instance_id)
-    proxy.clock.ahead_s = ahead
+    _set_ahead(proxy, ahead)
     _beat(proxy)  # heartbeats on the clock as it now stands: alive, not just stale
+
+
+def _set_ahead(proxy: _Proxy, ahead_s: float) -> None:
+    """Move the clock forward to `ahead_s`, the members heartbeating every BEAT_S on the
+    way as live ones do: silent past FORGET_AFTER_S, the registry would forget them."""
+    while proxy.clock.ahead_s < ahead_s:
+        proxy.clock.ahead_s = min(ahead_s, proxy.clock.ahead_s + BEAT_S)
+        _beat(proxy)
 
 
 def _beat(proxy: _Proxy) -> None:

@@ -13,6 +13,8 @@ import aiohttp
 import pytest
 
 from poolscope.scheduler_bridge.status import page
+from poolscope.scheduler_bridge.status.chart import CACHED_CHARTS, SPARK, trend_svg
+from poolscope.scheduler_bridge.status.model import TrendView
 from tests.status.conftest import MakeBridge, StatusBridge
 from tests.status.fleet import DRILLED, blind_pool, busy_pool, drilled_instances, drilled_trend
 
@@ -99,3 +101,9 @@ async def test_a_stale_page_is_another_page_that_says_when_its_numbers_were_writ
     assert stale.headers["ETag"] != fresh.headers["ETag"]
     assert stale.headers["Cache-Control"] == "no-cache"
     assert "these numbers were written at" in await stale.text()
+
+
+def test_the_charts_kept_drawn_are_capped_however_many_pools_came_and_went() -> None:
+    for i in range(CACHED_CHARTS + 100):
+        trend_svg(TrendView(float(i), 15.0, (0.5, None), (None, 0.25)), SPARK)
+    assert trend_svg.cache_info().currsize == CACHED_CHARTS
