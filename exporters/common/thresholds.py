@@ -80,8 +80,9 @@ ALERT_INTERVAL_S = 3 * SCRAPE_INTERVAL_S
 third of the rollups' rate costs a third as much and delays an alert by seconds."""
 
 ALERT_DOWN_S = 120.0
-"""How long a scrape target stays down, a source silent or a pool's data missing before
-its alert fires: a restart or a rolling update takes less."""
+"""How long a scrape target stays down, a source silent, a pool's data missing, a pool
+without an alive member or the Scheduler bridge without an answer before its alert
+fires: a restart or a rolling update takes less."""
 
 ALERT_FAILING_S = 300.0
 """How long a collector keeps failing, a GPU unhealthy, or a pool's members stale before

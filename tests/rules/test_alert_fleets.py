@@ -1,6 +1,7 @@
 """No alert fires on a fleet that needs nothing done: healthy, idle, GPU-less, or just
 after its Proxy restarted (idle time unknown), run through the recording rules and the
-alerts together by promtool, for well past every alert's `for:`.
+alerts together by promtool, for well past every alert's `for:`; none but the Watchdog,
+which fires on every fleet (its silence is what a dead man's switch pages for).
 
 The per-alert cases (firing, resolving) are in rules/tests/poolscope.alerts.*.yml; this
 module holds the fleets, built once here because every alert must stay silent on each.
@@ -22,6 +23,9 @@ from poolscope.exporters.common.thresholds import ALERT_DEGRADED_S, IDLE_GPUS_S,
 from tests.support.prometheus import REPO, binary
 
 ALERTS = REPO / "rules" / "alerts.yml"
+WATCHDOG = {"exp_labels": {"severity": "none"}, "exp_annotations": next(
+    r["annotations"] for g in yaml.safe_load(ALERTS.read_text())["groups"]
+    for r in g["rules"] if r.get("alert") == "PoolscopeWatchdog")}
 RECORDING = REPO / "rules" / "proxy_pool.yml"
 STEP_S = 5
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -83,6 +87,12 @@ class Fleet:
         for cause in ("clock_skew", "timeout"):
             self.gauge("poolscope_scheduler_bridge_backend_query_errors_total",
                        f'{bridge},backend="http://127.0.0.1:9090",cause="{cause}"', 0)
+        # The Scheduler asks every scrape interval and is answered; no 503 so far.
+        answers = f'{bridge},route="/debug/proxy_pool_resources"'
+        self.counter("poolscope_scheduler_bridge_request_duration_seconds_count",
+                     f'{answers},status="200"', 1)
+        self.gauge("poolscope_scheduler_bridge_request_duration_seconds_count",
+                   f'{answers},status="503"', 0)
 
     def _proxy(self, pool: str, instances: list[str]) -> None:
         target = f'job="poolscope-proxy",instance="{pool}:9200",proxy_id="{pool}"'
@@ -184,8 +194,10 @@ def promtool_silence(tmp_path: Path, fleet: Fleet) -> subprocess.CompletedProces
             "name": "no alert fires",
             "interval": f"{STEP_S}s",
             "input_series": fleet.build(),
-            "alert_rule_test": [{"eval_time": t, "alertname": name, "exp_alerts": []}
-                                for t in eval_times(fleet) for name in alert_names()],
+            "alert_rule_test": [
+                {"eval_time": t, "alertname": name,
+                 "exp_alerts": [WATCHDOG] if name == "PoolscopeWatchdog" else []}
+                for t in eval_times(fleet) for name in alert_names()],
         }],
     }
     path = tmp_path / "fleet.yml"
@@ -201,6 +213,7 @@ def test_no_alert_fires_on_a_fleet_that_needs_nothing(tmp_path: Path, name: str)
 
 
 A1 = 'job="poolscope-instance",instance="a1:10100",proxy_id="pa",instance_id="a1"'
+PA = 'job="poolscope-proxy",instance="pa:9200",proxy_id="pa"'
 
 
 @pytest.mark.parametrize(("series", "values", "alert"), [
@@ -209,6 +222,10 @@ A1 = 'job="poolscope-instance",instance="a1:10100",proxy_id="pa",instance_id="a1
     (f'up{{{A1}}}', "1x10 0x400", "PoolscopeInstanceExporterDown"),
     (f'poolscope_gpu_healthy{{{A1},gpu_model="{MODEL}",source="nvml",gpu="0",gpu_uuid="GPU-a1"}}',
      "1x10 0x400", "PoolscopeGpuUnhealthy"),
+    (f'poolscope_proxy_pool_instances_alive{{{PA},source="proxy_registry"}}', "2x10 0x400",
+     "PoolscopePoolNoAliveMembers"),
+    ('up{job="poolscope-scheduler-bridge",instance="127.0.0.1:10130"}', "1x10 0x400",
+     "PoolscopeSchedulerBridgeServingNothing"),
 ])
 def test_a_fleet_with_a_fault_is_not_silent(tmp_path: Path, series: str, values: str,
                                             alert: str) -> None:

@@ -1,7 +1,9 @@
 """The alerting rules keep the conventions an operator's other mixins keep: a
 PoolscopeCamelCase name, a severity, a summary, a description and a runbook that
-exists; a `for:` on each; and promtool cases that see each alert silent before its
-`for:`, firing after it and resolved once the fault clears."""
+exists and states that severity; a `for:` on each; and promtool cases that see each
+alert silent before its `for:`, firing after it and resolved once the fault clears.
+The Watchdog is the one exception, as in kube-prometheus: severity `none`, no `for:`,
+and a case that sees it firing at every evaluation."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tests.support.prometheus import REPO
 ALERTS = REPO / "rules" / "alerts.yml"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 SEVERITIES = {"critical", "warning", "info"}
+WATCHDOG = "PoolscopeWatchdog"
 
 
 def _groups() -> list[dict[str, Any]]:
@@ -37,16 +40,26 @@ def _ids() -> list[str]:
 def test_an_alert_keeps_the_conventions(group: str, rule: dict[str, Any]) -> None:
     name = rule["alert"]
     assert re.fullmatch(r"Poolscope(?:[A-Z][a-z]+)+", name), name
-    assert rule["labels"]["severity"] in SEVERITIES
     assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
     assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_URL}#{name.lower()}"
-    assert re.fullmatch(r"(\d+[hms])+", rule["for"]), f"{name} has no `for:`"
     assert group.startswith("poolscope.alerts.")
+    if name == WATCHDOG:
+        assert rule["labels"]["severity"] == "none" and "for" not in rule
+        return
+    assert rule["labels"]["severity"] in SEVERITIES
+    assert re.fullmatch(r"(\d+[hms])+", rule["for"]), f"{name} has no `for:`"
 
 
 def test_every_alert_has_a_runbook_section_and_every_section_an_alert() -> None:
     sections = re.findall(r"^## (Poolscope\w+)$", RUNBOOKS.read_text(), flags=re.M)
     assert sorted(sections) == sorted(_ids())
+
+
+def test_each_runbook_section_opens_with_its_alerts_severity() -> None:
+    """The on-call reads the severity in the page and again in the runbook: they agree."""
+    opening = dict(re.findall(r"^## (Poolscope\w+)\n\n\*\*(\w+)\.\*\*", RUNBOOKS.read_text(),
+                              flags=re.M))
+    assert opening == {r["alert"]: r["labels"]["severity"].capitalize() for _, r in _alerts()}
 
 
 def _expectations(group: str, name: str) -> list[list[tuple[float, bool]]]:
@@ -64,11 +77,13 @@ def _seconds(duration: str) -> float:
 
 @pytest.mark.parametrize(("group", "rule"), _alerts(), ids=_ids())
 def test_an_alert_is_seen_pending_firing_and_resolved(group: str, rule: dict[str, Any]) -> None:
-    """Some case of its group's file expects it silent, then firing, then silent again."""
+    """Some case of its group's file expects it silent, then firing, then silent again;
+    the Watchdog's, firing from the first evaluation to the last."""
     name = rule["alert"]
     patterns = ["".join("F" if fires else "." for _, fires in case)
                 for case in _expectations(group, name)]
-    assert any(re.search(r"\.F+\.", p) for p in patterns), (name, patterns)
+    expected = r"F{3,}" if name == WATCHDOG else r".*\.F+\..*"
+    assert any(re.fullmatch(expected, p) for p in patterns), (name, patterns)
 
 
 def test_the_operator_docs_name_every_alert() -> None:
@@ -76,6 +91,14 @@ def test_the_operator_docs_name_every_alert() -> None:
         text = doc.read_text()
         missing = [name for name in _ids() if name not in text]
         assert not missing, f"{doc.name} does not name {missing}"
+
+
+def test_the_operator_docs_tables_give_each_alert_its_severity() -> None:
+    """metrics.md's and operating.md's alert tables repeat each severity: they agree."""
+    expected = {r["alert"]: r["labels"]["severity"] for _, r in _alerts()}
+    for doc in (REPO / "docs" / "metrics.md", REPO / "docs" / "operating.md"):
+        rows = dict(re.findall(r"^\| `(Poolscope\w+)` \| (\w+) \|", doc.read_text(), flags=re.M))
+        assert rows == expected, doc.name
 
 
 def test_alert_test_files_are_named_for_their_group() -> None:

@@ -2,10 +2,12 @@
 webhook receiver it delivers to, run by the test itself.
 
 What a test checks is what an operator's pager would receive: the notification
-Alertmanager posts, with the labels and annotations the rules gave the alert. The
-routing here is deliberately trivial (everything to one webhook, each alert its own
-group); deploy/alertmanager/alertmanager.yml is the example operators start from, and
-tests/deploy/test_alertmanager_config.py checks its routing with amtool.
+Alertmanager posts, with the labels and annotations the rules gave the alert. Either
+the routing is deliberately trivial (`delivering_to`: everything to one webhook, each
+alert its own group), or it is deploy/alertmanager/alertmanager.yml's, the example
+operators start from, with its receivers pointed at the test's webhooks and its timers
+shortened (`as_example`); tests/deploy/test_alertmanager_config.py checks its routing
+with amtool.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import yaml
 from tests.support.prometheus import free_port, serving
 from tests.support.static_http import serving_handler
 
-__all__ = ["Alertmanager", "Delivery", "Webhook", "delivering_to", "running_alertmanager",
-           "webhook_receiver"]
+__all__ = ["EXAMPLE", "Alertmanager", "Delivery", "Webhook", "as_example", "delivering_to",
+           "running_alertmanager", "webhook_receiver"]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,33 @@ def delivering_to(receiver_url: str) -> dict[str, Any]:
         "receivers": [{"name": "webhook", "webhook_configs": [
             {"url": receiver_url, "send_resolved": True}]}],
     }
+
+
+def as_example(urls: dict[str, str], group_wait_s: float = 3.0,
+               heartbeat_s: float = 2.0) -> dict[str, Any]:
+    """The example config, each receiver's webhook posting to `urls[its name]`, and its
+    timers seconds instead of minutes: group_interval 1 s, repeats an hour away (one
+    notification per change of state, as in `delivering_to`) but for the Watchdog's
+    receiver, which repeats every `heartbeat_s` as a dead man's switch expects. The
+    group_wait stays longer than an alert group's interval, as the example's 30 s is
+    than ALERT_INTERVAL_S: a cause evaluated in another group a moment after its
+    symptom still arrives in time to inhibit it. Routes, matchers and inhibit rules
+    are the example's own."""
+    config = yaml.safe_load(EXAMPLE.read_text())
+    assert {r["name"] for r in config["receivers"]} == urls.keys(), "a receiver per URL"
+    for receiver in config["receivers"]:
+        for webhook in receiver["webhook_configs"]:
+            webhook["url"] = urls[receiver["name"]]
+
+    def shorten(route: dict[str, Any]) -> None:
+        heartbeat = route.get("receiver") == "watchdog"
+        route |= {"group_wait": f"{group_wait_s:g}s", "group_interval": "1s",
+                  "repeat_interval": f"{heartbeat_s:g}s" if heartbeat else "1h"}
+        for child in route.get("routes", []):
+            shorten(child)
+
+    shorten(config["route"])
+    return config
 
 
 @contextmanager
