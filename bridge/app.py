@@ -19,7 +19,8 @@ from poolscope.bridge.metrics import BridgeMetrics
 from poolscope.bridge.promapi import MAX_ANSWER_BYTES, MAX_CLOCK_SKEW_S, PrometheusAPI
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler, process_collectors
 from poolscope.exporters.common.thresholds import FRESH_S, SCRAPE_INTERVAL_S
-from poolscope.service.web import Exposure, json_error, timing
+from poolscope.service.middleware import json_error, timing
+from poolscope.service.web import Exposure
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from poolscope.bridge.summary import PoolSnapshot, Sample, encode_json
 from poolscope.proxy_bridge.diagnosis import null_reasons
 from poolscope.proxy_bridge.heartbeat import heartbeat_payload
 from poolscope.proxy_bridge.metrics import ProxyBridgeMetrics
-from poolscope.service.web import json_error
+from poolscope.service.middleware import json_error
 
 log = logging.getLogger(__name__)
 

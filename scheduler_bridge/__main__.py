@@ -14,7 +14,8 @@ from poolscope.bridge.serve import add_bridge_flags, serve_bridge
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.service import ports
 from poolscope.service.argtypes import ServiceParser
-from poolscope.service.web import HttpLimits, add_common_flags
+from poolscope.service.listener import HttpLimits
+from poolscope.service.web import add_common_flags
 
 PROG = "poolscope-scheduler-bridge"
 

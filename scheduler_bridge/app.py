@@ -22,7 +22,7 @@ from poolscope.bridge.sources import describe_sources
 from poolscope.bridge.summary import SCHEMA_VERSION, encode_json
 from poolscope.scheduler_bridge.status.page import add_status_routes
 from poolscope.service.identity import ID_RULE, valid_id
-from poolscope.service.web import json_error
+from poolscope.service.middleware import json_error
 
 NAMESPACE = "poolscope_scheduler_bridge"
 

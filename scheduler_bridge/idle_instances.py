@@ -27,7 +27,7 @@ from poolscope.scheduler_bridge.status.idle_view import (
     by_pool,
 )
 from poolscope.scheduler_bridge.status.model import FleetView, bridge_snapshot, build_view
-from poolscope.service.web import json_error
+from poolscope.service.middleware import json_error
 
 ROUTE = "/debug/idle_instances"
 IDLE_QUERY = names_selector([f.name for f in IDLE_FAMILIES])

@@ -25,7 +25,7 @@ from poolscope.bridge.promapi import AllBackendsFailed
 from poolscope.bridge.summary import SCHEMA_VERSION, encode_json
 from poolscope.bridge.trends import TrendReader, Trends
 from poolscope.service.identity import ID_RULE, valid_id
-from poolscope.service.web import json_error
+from poolscope.service.middleware import json_error
 
 TRENDS = web.AppKey("trends", TrendReader)
 _T = TypeVar("_T")

@@ -8,7 +8,7 @@ Its families are the catalog's, every series naming its `source`, plus the proce
 own: `process_*` and `poolscope_build_info` describe the exporter process, not the
 Instance it measures, so they stay as every exporter publishes them, without
 `source` or identity labels. What one client may send or hold, and who may read, is
-`poolscope.service.web`'s, shared with the bridges.
+`poolscope.service`'s (`listener`, `auth`), shared with the bridges.
 """
 
 from __future__ import annotations

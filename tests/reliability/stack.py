@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
 from poolscope.exporters.instance.server import make_app
 from poolscope.exporters.instance.service import InstanceExporter
-from poolscope.service.web import HttpLimits, serving
+from poolscope.service.listener import HttpLimits, serving
 from tests.support.prometheus import Prometheus
 
 T = TypeVar("T")

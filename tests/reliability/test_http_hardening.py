@@ -32,7 +32,9 @@ from poolscope.exporters.instance.server import make_app
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from poolscope.service.argtypes import UsageError
 from poolscope.service.auth import Access
-from poolscope.service.web import Exposure, HttpLimits, guarded, serving
+from poolscope.service.listener import HttpLimits, serving
+from poolscope.service.middleware import guarded
+from poolscope.service.web import Exposure
 from tests.instance.fakes import three_gpus
 from tests.reliability.stack import fetch, self_signed_certificate
 from tests.support.polling import eventually, until

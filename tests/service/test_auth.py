@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from poolscope.service import auth
 from poolscope.service.auth import OPEN_PATHS, Access
-from poolscope.service.web import guarded
+from poolscope.service.middleware import guarded
 from tests.support.polling import until
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))

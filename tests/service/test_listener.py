@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from poolscope.service.web import DESCRIPTOR_RESERVE, AcceptErrors, descriptor_budget
+from poolscope.service.connection_cap import DESCRIPTOR_RESERVE, descriptor_budget
+from poolscope.service.internals import ACCEPT_FAILED
+from poolscope.service.listener import AcceptErrors
 
 
 @pytest.mark.parametrize("nofile, wanted", [(1024, 64), (1024, 512), (256, 64), (128, 32)])
@@ -22,7 +24,7 @@ def test_connections_and_an_accept_burst_fit_under_the_descriptor_limit(
         nofile: int, wanted: int) -> None:
     """Measured in a process limited as a systemd unit limits it; its budget leaves
     the collectors DESCRIPTOR_RESERVE whatever the cap asked for."""
-    probe = ("import json, os; from poolscope.service.web import descriptor_budget; "
+    probe = ("import json, os; from poolscope.service.connection_cap import descriptor_budget; "
              f"b = descriptor_budget({wanted}); "
              "print(json.dumps([b.connections, b.backlog, len(os.listdir('/proc/self/fd'))]))")
     out = subprocess.run(["prlimit", f"--nofile={nofile}", sys.executable, "-c", probe],
@@ -49,7 +51,7 @@ def test_accept_failures_are_summarised_not_logged_one_traceback_each(
         emfile = OSError(errno.EMFILE, os.strerror(errno.EMFILE))
         with caplog.at_level(logging.WARNING):
             for _ in range(1000):
-                handler(loop, {"message": AcceptErrors.MESSAGE, "exception": emfile})
+                handler(loop, {"message": ACCEPT_FAILED, "exception": emfile})
             handler(loop, {"message": "something else"})
     finally:
         loop.close()
@@ -67,7 +69,7 @@ def test_the_summary_counts_what_it_held_back(caplog: pytest.LogCaptureFixture) 
 
     clock = Clock()
     handler = AcceptErrors(None, every_s=10)
-    failure = {"message": AcceptErrors.MESSAGE, "exception": OSError(errno.EMFILE, "x")}
+    failure = {"message": ACCEPT_FAILED, "exception": OSError(errno.EMFILE, "x")}
     with caplog.at_level(logging.WARNING):
         for second in range(25):
             clock.now = float(second)

@@ -29,7 +29,7 @@ from deploy.demo.sim_nvml import FakeGpu, FakeNvml
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from poolscope.exporters.proxy import ProxyExporter
-from poolscope.service.web import HttpLimits, serving
+from poolscope.service.listener import HttpLimits, serving
 from tests.reliability.stack import InProcessExporter, Launcher, ThreadedLoop
 from tests.support.prometheus import running_prometheus, scrape_config
 
