@@ -7,9 +7,9 @@ decision (oracle: the limit for this fleet's slots; oracle_time: the same counts
 weighed by what a token costs in each pool, from llama.cpp's own counters). Every
 policy that uses the summary with the Scheduler's own count, or the Proxies' load
 reports, is the product's picker (poolscope.scheduler_bridge.picker), imported, not
-restated here: the code a Scheduler runs is the code measured. A baseline skips a pool whose value is
-unknown (never read as empty), falls back to capacity weights with none known, and
-breaks ties at random, so no pool wins by its name.
+restated here: the code a Scheduler runs is the code measured. A baseline skips a pool
+whose value is unknown (never read as empty), falls back to capacity weights with none
+known, and breaks ties at random, so no pool wins by its name.
 
 One policy object is one Scheduler replica: it is handed every snapshot and report
 that replica receives, and is told when each of its requests ends.
