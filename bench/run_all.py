@@ -24,6 +24,8 @@ BENCHMARKS = (
     ("bench.scheduling",),
     ("bench.scheduling.simulate", "--validate"),
     ("bench.picker_speed",),
+    ("bench.churn_soak",),
+    ("bench.series_per_member",),
 )
 
 

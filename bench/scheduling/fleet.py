@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.fleet_members import start_instance_exporter, start_proxy, start_sim_engine
 from dashboards import console_flags
 from deploy.demo.cluster import Pool, prometheus_binary, prometheus_config
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
@@ -97,15 +98,9 @@ class Monitoring:
 
 def _start_sim_engine(group: ProcessGroup, spec: PoolSpec, instance_id: str, proxy_url: str,
                       seed: int) -> Engine:
-    port = port_or_free(0)
-    child = group.start_python(
-        f"engine-{instance_id}", "deploy.demo.engine_sim", "--listen", f"127.0.0.1:{port}",
-        "--model", "bench", "--max-running", str(spec.slots), "--max-waiting", "256",
-        "--tokens-per-second", f"{SIM_TOKENS_PER_SECOND:g}", "--register-url", proxy_url,
-        "--instance-id", instance_id, "--capacity", str(spec.slots), "--seed", str(seed),
-        "--log-level", "WARNING")
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(f"{url}/health", child)
+    url, _ = start_sim_engine(group, instance_id, proxy_url, spec.slots, seed,
+                              "--model", "bench", "--max-waiting", "256",
+                              "--tokens-per-second", f"{SIM_TOKENS_PER_SECOND:g}")
     return Engine(instance_id, url)
 
 
@@ -160,28 +155,16 @@ def running_fleet(backend: str, specs: Sequence[PoolSpec], workdir: Path) -> Ite
                                      context_length=LLAMA_SLOT_CONTEXT, **LLAMA_MODEL_SHAPE)
         pools = []
         for p, spec in enumerate(specs):
-            port = port_or_free(0)
-            proxy_url = f"http://127.0.0.1:{port}"
-            proxy = group.start_python(f"proxy-{spec.proxy_id}", "deploy.demo.proxy",
-                                       "--proxy-id", spec.proxy_id,
-                                       "--listen", f"127.0.0.1:{port}", *PROXY_FLAGS)
-            wait_ready(f"{proxy_url}/healthz", proxy)
+            proxy_url, _ = start_proxy(group, spec.proxy_id, *PROXY_FLAGS)
             engines, exporters = [], []
             for i in range(spec.instances):
                 instance_id = f"{spec.proxy_id}-inst-{i + 1}"
                 engine = (_start_sim_engine(group, spec, instance_id, proxy_url, p * 100 + i)
                           if model is None else
                           _start_llama_engine(group, spec, instance_id, proxy_url, model))
-                exporter_port = port_or_free(0)
-                exporter = group.start_python(
-                    f"exporter-{instance_id}", "poolscope.exporters.instance",
-                    "--instance-id", instance_id, "--proxy-id", spec.proxy_id,
-                    "--web.listen-address", f"127.0.0.1:{exporter_port}",
-                    "--engine-metrics-url", f"{engine.url}/metrics",
-                    "--engine", "vllm" if model is None else "llamacpp",
-                    "--sample-interval", "0.5", "--log.level", "warning")
-                exporter_url = f"http://127.0.0.1:{exporter_port}"
-                wait_ready(f"{exporter_url}/healthz", exporter)
+                exporter_url, _ = start_instance_exporter(
+                    group, instance_id, spec.proxy_id, f"{engine.url}/metrics",
+                    "vllm" if model is None else "llamacpp")
                 engines.append(engine)
                 exporters.append(exporter_url)
             _wait_registered(proxy_url, spec.instances)

@@ -31,6 +31,8 @@ from poolscope.service import ports
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = sorted((REPO / "rules").glob("*.yml"))
+# The deployed config, whose exporter jobs' series filters the demo's jobs carry.
+DEPLOYED_PROMETHEUS = REPO / "deploy" / "prometheus" / "prometheus.yml"
 MAX_RUNNING = 8  # each simulated engine's batch
 # What --simulate-gpus gives each Instance, by turns: MODEL:COUNT.
 SIMULATED_MODELS = ("NVIDIA H100 80GB HBM3:4", "NVIDIA L40S:2")
@@ -42,6 +44,8 @@ class Pool:
     proxy_url: str
     exporter_urls: tuple[str, ...]
     bridge_url: str = ""  # its Proxy bridge, once Prometheus is up
+    # The Instances' ids, in exporter_urls' order; empty: the demo's (instance_id_of).
+    instance_ids: tuple[str, ...] = ()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -87,19 +91,20 @@ def prometheus_binary(explicit: str | None) -> str:
 def prometheus_config(workdir: Path, interval: float, pools: Sequence[Pool],
                       extra_jobs: dict[str, str]) -> Path:
     """Write file_sd target files and prometheus.yml; return the config path."""
-    sd = workdir / "file_sd"
-    sd.mkdir(exist_ok=True)
-    instances = instance_targets(pools)
-    proxies = [{"targets": [pool.proxy_url.removeprefix("http://")],
-                "labels": {"proxy_id": pool.proxy_id}} for pool in pools]
-    (sd / "instances.json").write_text(json.dumps(instances, indent=1))
-    (sd / "proxies.json").write_text(json.dumps(proxies, indent=1))
+    sd = write_file_sd(workdir, pools)
     step = f"{interval:g}s"
 
+    deployed = {j["job_name"]: j for j in
+                yaml.safe_load(DEPLOYED_PROMETHEUS.read_text())["scrape_configs"]}
+
     def job(name: str, sd_file: str) -> dict[str, object]:
-        # honor_labels: the exporters' own proxy_id / instance_id are the truth.
+        # honor_labels: the exporters' own proxy_id / instance_id are the truth. The
+        # deployed job's filter on series names too, so the demo stores what a
+        # deployment stores (and benchmarks over it count the same series).
+        filters = deployed[name].get("metric_relabel_configs")
         return {"job_name": name, "honor_labels": True,
-                "file_sd_configs": [{"files": [str(sd / sd_file)]}]}
+                "file_sd_configs": [{"files": [str(sd / sd_file)]}],
+                **({"metric_relabel_configs": filters} if filters else {})}
 
     config = {
         "global": {"scrape_interval": step, "scrape_timeout": step, "evaluation_interval": step},
@@ -116,11 +121,30 @@ def prometheus_config(workdir: Path, interval: float, pools: Sequence[Pool],
     return path
 
 
+def write_file_sd(workdir: Path, pools: Sequence[Pool]) -> Path:
+    """The file_sd target files of `pools` (the Instance exporters, the Proxies) in
+    workdir/file_sd, which it returns. Each file is replaced whole, so Prometheus, which
+    rereads one whenever it changes, never reads half a file: a fleet whose members come
+    and go calls this again after each change."""
+    sd = workdir / "file_sd"
+    sd.mkdir(exist_ok=True)
+    proxies = [{"targets": [pool.proxy_url.removeprefix("http://")],
+                "labels": {"proxy_id": pool.proxy_id}} for pool in pools if pool.proxy_url]
+    for name, entries in (("instances.json", instance_targets(pools)),
+                          ("proxies.json", proxies)):
+        partial = sd / f".{name}.partial"
+        partial.write_text(json.dumps(entries, indent=1))
+        partial.replace(sd / name)
+    return sd
+
+
 def instance_targets(pools: Sequence[Pool]) -> list[dict[str, object]]:
     """The Instance exporters as file_sd entries, labelled as deploy/prometheus' targets
     are, so that `up` names the Instance that went dark (the alerts read it)."""
     return [{"targets": [url.removeprefix("http://")],
-             "labels": {"proxy_id": pool.proxy_id, "instance_id": instance_id_of(pool.proxy_id, k)}}
+             "labels": {"proxy_id": pool.proxy_id,
+                        "instance_id": (pool.instance_ids[k] if pool.instance_ids
+                                        else instance_id_of(pool.proxy_id, k))}}
             for pool in pools for k, url in enumerate(pool.exporter_urls)]
 
 

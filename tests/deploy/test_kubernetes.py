@@ -351,10 +351,17 @@ def test_instance_pod_monitor_agrees_with_the_sidecar() -> None:
 def test_proxy_pod_monitor_labels_the_pool() -> None:
     [endpoint] = _one("PodMonitor", "poolscope-proxies")["spec"]["podMetricsEndpoints"]
     assert _relabel_source(endpoint, "proxy_id") == [_sd_label("pod", PROXY_ID_LABEL)]
+
+
+@pytest.mark.parametrize(("monitor", "job"), [
+    ("poolscope-instance-exporters", "poolscope-instance"),
+    ("poolscope-proxies", "poolscope-proxy")])
+def test_pod_monitors_keep_the_series_the_bare_host_jobs_keep(monitor: str, job: str) -> None:
+    [endpoint] = _one("PodMonitor", monitor)["spec"]["podMetricsEndpoints"]
     [keep] = endpoint["metricRelabelings"]
-    [proxy_job_keep] = prometheus_config.job(prometheus_config.load(),
-                                             "poolscope-proxy")["metric_relabel_configs"]
-    assert keep["regex"] == proxy_job_keep["regex"]
+    [job_keep] = prometheus_config.job(prometheus_config.load(), job)["metric_relabel_configs"]
+    assert keep == {"sourceLabels": job_keep["source_labels"], "regex": job_keep["regex"],
+                    "action": job_keep["action"]}
 
 
 def test_monitors_scrape_like_the_bare_host_config() -> None:
