@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolscope.exporters.common.catalog import ADMISSION_LEVELS
+from poolscope.exporters.common.catalog import ADMISSION_LEVELS, OUTCOMES
 from poolscope.exporters.common.thresholds import ALERT_DEGRADED_S, IDLE_GPUS_S, IDLE_S
 from tests.support.prometheus import REPO, binary
 
@@ -111,6 +111,10 @@ class Fleet:
         self.gauge("poolscope_proxy_pool_capacity_requests", f'{target},source="configured"', 16)
         self.counter("poolscope_proxy_requests_total",
                      f'{target},outcome="ok",source="proxy_dispatch"', 10 if self.busy else 0)
+        # The Proxy publishes every outcome, a measured 0 until one happens.
+        for outcome in (o for o in OUTCOMES if o != "ok"):
+            self.gauge("poolscope_proxy_requests_total",
+                       f'{target},outcome="{outcome}",source="proxy_dispatch"', 0)
         self.gauge("poolscope_proxy_collector_success",
                    f'{target},collector="proxy",source="exporter"', 1)
         for queue in ("prepare", "ready"):
@@ -214,10 +218,14 @@ def test_no_alert_fires_on_a_fleet_that_needs_nothing(tmp_path: Path, name: str)
 
 A1 = 'job="poolscope-instance",instance="a1:10100",proxy_id="pa",instance_id="a1"'
 PA = 'job="poolscope-proxy",instance="pa:9200",proxy_id="pa"'
+# Issue 37's example: one request in five failing for twenty minutes, from the first minute
+# (the fleet answers 10 requests a scrape: 2.5 errors beside them are a fifth).
+ERRORS_20M = f"0x{60 // STEP_S} 2.5+2.5x{20 * 60 // STEP_S - 1} 600x{10 * 60 // STEP_S}"
 
 
 @pytest.mark.parametrize(("series", "values", "alert"), [
-    (f'poolscope_collector_success{{{A1},collector="engine",source="exporter"}}', "1x10 0x400",
+    # Not the engine's: its window covers a model load, longer than the fleet runs.
+    (f'poolscope_collector_success{{{A1},collector="gpu",source="exporter"}}', "1x10 0x400",
      "PoolscopeCollectorFailing"),
     (f'up{{{A1}}}', "1x10 0x400", "PoolscopeInstanceExporterDown"),
     (f'poolscope_gpu_healthy{{{A1},gpu_model="{MODEL}",source="nvml",gpu="0",gpu_uuid="GPU-a1"}}',
@@ -226,6 +234,8 @@ PA = 'job="poolscope-proxy",instance="pa:9200",proxy_id="pa"'
      "PoolscopePoolNoAliveMembers"),
     ('up{job="poolscope-scheduler-bridge",instance="127.0.0.1:10130"}', "1x10 0x400",
      "PoolscopeSchedulerBridgeServingNothing"),
+    (f'poolscope_proxy_requests_total{{{PA},outcome="error",source="proxy_dispatch"}}',
+     ERRORS_20M, "PoolscopeRequestErrorsFastBurn"),
 ])
 def test_a_fleet_with_a_fault_is_not_silent(tmp_path: Path, series: str, values: str,
                                             alert: str) -> None:

@@ -1,9 +1,11 @@
 """The alerting rules keep the conventions an operator's other mixins keep: a
 PoolscopeCamelCase name, a severity, a summary, a description and a runbook that
 exists and states that severity; a `for:` on each; and promtool cases that see each
-alert silent before its `for:`, firing after it and resolved once the fault clears.
-The Watchdog is the one exception, as in kube-prometheus: severity `none`, no `for:`,
-and a case that sees it firing at every evaluation."""
+alert silent before its `for:`, firing after it and resolved once the fault clears, and
+still firing hours into a fault that lasts. The Watchdog is the one exception, as in
+kube-prometheus: severity `none`, no `for:`, and a case that sees it firing at every
+evaluation. An alert may be two rules of one name (a window per kind of input): they
+share its runbook and its cases."""
 
 from __future__ import annotations
 
@@ -14,7 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from poolscope.exporters.common.thresholds import ALERT_INTERVAL_S, RUNBOOK_URL
+from poolscope.exporters.common.thresholds import (
+    ALERT_INTERVAL_S,
+    ERROR_RATES_INTERVAL_S,
+    RUNBOOK_URL,
+)
 from rules.render import duration
 from tests.support.prometheus import REPO
 
@@ -22,6 +28,11 @@ ALERTS = REPO / "rules" / "alerts.yml"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 SEVERITIES = {"critical", "warning", "info"}
 WATCHDOG = "PoolscopeWatchdog"
+SUSTAINED_S = 3600.0
+"""How far into a lasting fault some case must still see each alert firing (and at least
+three of its `for:`): past every memory the rules keep of an input that vanished (a
+member for MEMBER_MEMORY, the Proxy's for FORGET_AFTER_S), where an alert that forgot its
+fault with its input would have resolved."""
 
 
 def _groups() -> list[dict[str, Any]]:
@@ -29,11 +40,20 @@ def _groups() -> list[dict[str, Any]]:
 
 
 def _alerts() -> list[tuple[str, dict[str, Any]]]:
-    return [(g["name"], r) for g in _groups() for r in g["rules"]]
+    return [(g["name"], r) for g in _groups() for r in g["rules"] if "alert" in r]
 
 
 def _ids() -> list[str]:
     return [r["alert"] for _, r in _alerts()]
+
+
+def _named() -> dict[str, tuple[str, float]]:
+    """Each alert's group and longest `for:` in seconds, by name, over its rules."""
+    named: dict[str, tuple[str, float]] = {}
+    for group, rule in _alerts():
+        hold = _seconds(rule.get("for", "0s"))
+        named[rule["alert"]] = (group, max(hold, named.get(rule["alert"], (group, 0.0))[1]))
+    return named
 
 
 @pytest.mark.parametrize(("group", "rule"), _alerts(), ids=_ids())
@@ -52,7 +72,7 @@ def test_an_alert_keeps_the_conventions(group: str, rule: dict[str, Any]) -> Non
 
 def test_every_alert_has_a_runbook_section_and_every_section_an_alert() -> None:
     sections = re.findall(r"^## (Poolscope\w+)$", RUNBOOKS.read_text(), flags=re.M)
-    assert sorted(sections) == sorted(_ids())
+    assert sorted(sections) == sorted(set(_ids()))
 
 
 def test_each_runbook_section_opens_with_its_alerts_severity() -> None:
@@ -86,6 +106,24 @@ def test_an_alert_is_seen_pending_firing_and_resolved(group: str, rule: dict[str
     assert any(re.fullmatch(expected, p) for p in patterns), (name, patterns)
 
 
+@pytest.mark.parametrize("name", sorted(_named()))
+def test_an_alert_keeps_firing_while_its_fault_lasts(name: str) -> None:
+    """Some case of its group's file expects it firing at least max(3 x its `for:`,
+    SUSTAINED_S) into a fault: counted from the latest the fault can have begun, the
+    first firing evaluation of the run less the `for:`. An alert whose input vanishes
+    with its fault (a silent source, a pool that left the rollups) fails here."""
+    group, hold = _named()[name]
+    needed = max(3 * hold, SUSTAINED_S)
+    held = []
+    for case in _expectations(group, name):
+        since = None
+        for at, fires in case:
+            since = (at if since is None else since) if fires else None
+            if since is not None:
+                held.append(at - (since - hold))
+    assert max(held, default=0.0) >= needed, (name, max(held, default=None), needed)
+
+
 def test_the_operator_docs_name_every_alert() -> None:
     for doc in (REPO / "docs" / "metrics.md", REPO / "docs" / "operating.md"):
         text = doc.read_text()
@@ -103,6 +141,8 @@ def test_the_operator_docs_tables_give_each_alert_its_severity() -> None:
 
 def test_alert_test_files_are_named_for_their_group() -> None:
     for group in _groups():
-        assert group["interval"] == duration(ALERT_INTERVAL_S), group["name"]
+        alerting = any("alert" in r for r in group["rules"])
+        assert group["interval"] == duration(
+            ALERT_INTERVAL_S if alerting else ERROR_RATES_INTERVAL_S), group["name"]
         path: Path = REPO / "rules" / "tests" / f"{group['name']}.yml"
         assert yaml.safe_load(path.read_text())["rule_files"] == ["../alerts.yml"]
