@@ -93,11 +93,7 @@ class Stack:
     addresses: dict[str, str]  # instance_id -> host:port, kept across a restart
 
     def start_exporter(self, name: str, instance_id: str) -> None:
-        address = self.addresses[instance_id]
-        child = self.exporters.start_python(
-            name, "poolscope.exporters.instance", "--instance-id", instance_id,
-            "--proxy-id", PROXY_ID, "--listen", address)
-        wait_ready(f"http://{address}/healthz", child)
+        start_exporter(self.exporters, self.addresses[instance_id], name, instance_id)
 
     def delivered(self, receiver: str, alertname: str, status: str) -> Delivery:
         """Wait for the first `status` notification of `alertname` at `receiver`."""
@@ -125,6 +121,13 @@ def _instance_job(addresses: dict[str, str]) -> dict[str, Any]:
     return job
 
 
+def start_exporter(exporters: ProcessGroup, address: str, name: str, instance_id: str) -> None:
+    child = exporters.start_python(
+        name, "poolscope.exporters.instance", "--instance-id", instance_id,
+        "--proxy-id", PROXY_ID, "--listen", address)
+    wait_ready(f"http://{address}/healthz", child)
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     exporters = ProcessGroup(tmp_path)
@@ -132,16 +135,17 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     # A Scheduler bridge target nothing listens on: a bridge that is not running.
     bridge = scrape_config("poolscope-scheduler-bridge", [f"127.0.0.1:{free_port()}"])
     try:
+        # Up before Prometheus first scrapes them, however slowly they start: an exporter
+        # still starting would count as down and fire before the case stops one.
+        for instance_id, address in addresses.items():
+            start_exporter(exporters, address, instance_id, instance_id)
         with ExitStack() as hooks:
             receivers = {name: hooks.enter_context(webhook_receiver()) for name in RECEIVERS}
             config = as_example({name: hook.url for name, hook in receivers.items()})
             with running_alertmanager(tmp_path / "alertmanager", config) as am, \
                     running_prometheus(tmp_path / "prometheus", [_instance_job(addresses), bridge],
                                        rule_files(tmp_path), alertmanagers=[am.address]) as prom:
-                stack = Stack(prom, am, receivers, exporters, addresses)
-                for instance_id in addresses:
-                    stack.start_exporter(instance_id, instance_id)
-                yield stack
+                yield Stack(prom, am, receivers, exporters, addresses)
     finally:
         exporters.stop()
 

@@ -57,6 +57,9 @@ def proxy_series_per_member() -> dict[str, int]:
     return predicted
 
 
+# Two stacks side by side, their exact series counted: with the two cores to itself, so no
+# engine read times out under load (`make test` runs `alone` tests last).
+@pytest.mark.alone
 def test_one_more_instance_costs_what_the_catalog_says(tmp_path: Path) -> None:
     result = run(Settings(sizes=(1, 2), gpus=GPUS, interval_s=1.0, timeout_s=240.0), tmp_path)
     small, large = result.sizes
