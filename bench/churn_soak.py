@@ -25,9 +25,8 @@ from pathlib import Path
 
 from bench.churn.report import failures, table, write_result, write_samples
 from bench.churn.soak import Settings, run
-from bench.scheduling.argtypes import non_negative_int
 from bench.teardown import unwind_on_sigterm
-from poolscope.service.argtypes import positive_float, positive_int
+from poolscope.service.argtypes import non_negative_int, positive_float, positive_int
 
 # Samples each compared window needs at least, for a median that one odd read cannot move.
 MIN_WINDOW_SAMPLES = 3

@@ -43,13 +43,13 @@ from typing import Any, TypeVar
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from bench.fleet_members import start_instance_exporter, start_proxy, start_sim_engine
-from bench.scheduling.argtypes import non_negative_int, positive_ints
+from bench.scheduling.argtypes import positive_ints
 from bench.teardown import unwind_on_sigterm
 from deploy.demo.cluster import Pool, instance_id_of, prometheus_binary, prometheus_config
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
 from poolscope.exporters.common import catalog
 from poolscope.exporters.common.promtext import select
-from poolscope.service.argtypes import positive_float
+from poolscope.service.argtypes import non_negative_int, positive_float
 
 PROXY_ID = "pool-a"
 SLOTS = 4  # each simulated engine's batch, registered as its capacity

@@ -247,14 +247,22 @@ def ratio(value: str) -> float:
     return _finite_float(value, 0.0, inclusive=True, highest=1.0)
 
 
-def positive_int(value: str) -> int:
+def _integer(value: str, lowest: int, what: str) -> int:
     try:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    if number < lowest:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value!r}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return _integer(value, 1, "a positive integer")
+
+
+def non_negative_int(value: str) -> int:
+    return _integer(value, 0, "an integer >= 0")
 
 
 # --- names ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Flag values of the scheduling benchmarks (the loop and its model) and the churn soak:
-comma-separated lists and counts, each refused with a usage error naming what was
-expected."""
+comma-separated lists, each refused with a usage error naming what was expected (single
+numbers: poolscope.service.argtypes)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,6 @@ def positive_ints(text: str) -> tuple[int, ...]:
     if not all(v >= 1 for v in values):
         raise argparse.ArgumentTypeError("expected integers >= 1")
     return values
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected an integer: {e}") from e
-    if value < 0:
-        raise argparse.ArgumentTypeError("expected an integer >= 0")
-    return value
 
 
 def outage(text: str) -> tuple[float, float]:

@@ -218,8 +218,9 @@ def test_no_alert_fires_on_a_fleet_that_needs_nothing(tmp_path: Path, name: str)
 
 A1 = 'job="poolscope-instance",instance="a1:10100",proxy_id="pa",instance_id="a1"'
 PA = 'job="poolscope-proxy",instance="pa:9200",proxy_id="pa"'
-# Issue 37's example: one request in five failing for twenty minutes, from the first minute
-# (the fleet answers 10 requests a scrape: 2.5 errors beside them are a fifth).
+# One request in five failing for twenty minutes, which the fast burn must page for, from
+# the first minute (the fleet answers 10 requests a scrape: 2.5 errors beside them are a
+# fifth).
 ERRORS_20M = f"0x{60 // STEP_S} 2.5+2.5x{20 * 60 // STEP_S - 1} 600x{10 * 60 // STEP_S}"
 
 

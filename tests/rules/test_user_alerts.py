@@ -1,6 +1,7 @@
 """The thresholds of the alerts on what users feel (group poolscope.alerts.users) keep the
-promises their meanings make: the objective lets issue 37's example page in time, and
-the queue-wait figures are bounds the Proxy's histogram resolves. The alerts' own cases
+promises their meanings make: the objective lets one request in five failing for twenty
+minutes page in time, and the queue-wait figures are bounds the Proxy's histogram
+resolves. The alerts' own cases
 are rules/tests/poolscope.alerts.users.yml; the example on a whole fleet,
 tests/rules/test_alert_fleets.py."""
 
