@@ -44,7 +44,7 @@ unit: venv
 generate: venv
 	$(PY) -m rules.render
 	$(PY) -m deploy.kubernetes.generate
-	$(PY) -m poolscope.bridge.contract --write bridge/schema/pool_summary.schema.json scheduler_bridge/client_fields.py \
+	$(PY) -m poolscope.bridge.render --write bridge/schema/pool_summary.schema.json scheduler_bridge/client_fields.py \
 	  bridge/schema/load_report.schema.json
 	$(PY) -m poolscope.bridge.audit --write docs/metrics.md
 	$(PY) -m dashboards

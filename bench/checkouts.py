@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-PACKAGES = ("service", "exporters", "bridge", "scheduler_bridge", "proxy_bridge")
+PACKAGES = ("contract", "service", "exporters", "bridge", "scheduler_bridge", "proxy_bridge")
 
 
 def is_namespaced(checkout: Path) -> bool:

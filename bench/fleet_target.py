@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client.utils import floatToGoString
 
-from poolscope.exporters.common import catalog
-from poolscope.exporters.common.catalog import Family
+from poolscope.contract import catalog
+from poolscope.contract.catalog import Family
 from poolscope.exporters.proxy.histogram import QUEUE_WAIT_BUCKETS, REQUEST_DURATION_BUCKETS
 
 # Label values for every non-identity label the catalog uses. GPU labels are

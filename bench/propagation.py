@@ -45,8 +45,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.teardown import unwind_on_sigterm
 from deploy.demo.cluster import Cluster, Pool
-from poolscope.bridge.fields import FIELDS
-from poolscope.exporters.common.catalog import PROXY_INSTANCE_INFLIGHT
+from poolscope.contract.catalog import PROXY_INSTANCE_INFLIGHT
+from poolscope.contract.fields import FIELDS
 from tests.scale.stacks import federation, scheduler_bridge, victoria_metrics
 from tests.support.cluster import demo_cluster
 from tests.support.prometheus import RULE_FILES

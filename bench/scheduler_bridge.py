@@ -45,8 +45,8 @@ import psutil
 from bench.checkouts import import_root, module_name
 from bench.rollup_target import Series, rollup_target, series
 from bench.teardown import unwind_on_sigterm
-from poolscope.bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
 from poolscope.bridge.queries import FLEET_EVALUATED_QUERY, FLEET_SERIES, SNAPSHOT_QUERY
+from poolscope.contract.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
 from tests.support.prometheus import (
     REPO,
     free_port,

@@ -47,7 +47,7 @@ from bench.scheduling.argtypes import positive_ints
 from bench.teardown import unwind_on_sigterm
 from deploy.demo.cluster import Pool, instance_id_of, prometheus_binary, prometheus_config
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.promtext import select
 from poolscope.service.argtypes import non_negative_int, positive_float
 

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 from poolscope.bridge.cache import Served, SnapshotCache, Source, Unavailable
 from poolscope.bridge.metrics import BridgeMetrics
 from poolscope.bridge.promapi import MAX_ANSWER_BYTES, MAX_CLOCK_SKEW_S, PrometheusAPI
+from poolscope.contract.thresholds import FRESH_S, SCRAPE_INTERVAL_S
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler, process_collectors
-from poolscope.exporters.common.thresholds import FRESH_S, SCRAPE_INTERVAL_S
 from poolscope.service.middleware import json_error, timing
 from poolscope.service.web import Exposure
 

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from poolscope.bridge.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.fields import FIELDS, GPU_FIELDS, GPU_MODEL_LABEL, GPUS_SECTION, Kind
 from poolscope.exporters.instance import engine, engines
 from poolscope.service import build
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from poolscope.bridge.promql import pool_matcher
 from poolscope.bridge.summary import InstantQuery, Sample
-from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import MEMBER_MEMORY
+from poolscope.contract import catalog as c
+from poolscope.contract.thresholds import MEMBER_MEMORY
 
 UP = "up"
 # Per-Instance figures computed by the per_instance query, named as recording rules

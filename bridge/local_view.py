@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from poolscope.bridge.fields import BYTES_PER_S_TO_MBPS, PERCENT
 from poolscope.bridge.local_queries import (
     FRESHNESS_RULE,
     RECENT_ERRORS_WINDOW,
@@ -25,7 +24,8 @@ from poolscope.bridge.local_queries import (
 )
 from poolscope.bridge.pool_series import PoolSeries, label_of, matching, one
 from poolscope.bridge.summary import SCHEMA_VERSION, Sample
-from poolscope.exporters.common import catalog as c
+from poolscope.contract import catalog as c
+from poolscope.contract.fields import BYTES_PER_S_TO_MBPS, PERCENT
 
 COLLECTORS = ("host", "gpu", "engine")  # the Instance exporter's readers (exporters/instance)
 GATEWAY_COLLECTOR = "gateway"  # the gateway adapter's reader (exporters/proxy/gateway.py)

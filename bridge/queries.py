@@ -28,9 +28,9 @@ import re
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
-from poolscope.bridge.fields import DATA_QUALITY_ROLLUP, rollup_names
 from poolscope.bridge.rollup_index import ROLLUP_PREFIX
 from poolscope.bridge.summary import InstantQuery, PoolSnapshot, Sample, Vector, build_snapshot
+from poolscope.contract.fields import DATA_QUALITY_ROLLUP, rollup_names
 
 log = logging.getLogger(__name__)
 

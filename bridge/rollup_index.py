@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from poolscope.bridge.fields import (
+from poolscope.contract.fields import (
     DATA_QUALITY_LABEL,
     DATA_QUALITY_PATH,
     DATA_QUALITY_ROLLUP,

@@ -12,13 +12,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from poolscope.bridge.fields import (
+from poolscope.bridge.summary import FieldReading, PoolSnapshot
+from poolscope.contract.fields import (
     DATA_QUALITY_PATH,
     DATA_QUALITY_ROLLUP,
     FIELDS,
     Classification,
 )
-from poolscope.bridge.summary import FieldReading, PoolSnapshot
 
 
 def describe_sources(snapshot: PoolSnapshot) -> dict[str, Any]:

@@ -24,13 +24,6 @@ from typing import Any, overload
 
 import orjson
 
-from poolscope.bridge.fields import (
-    DATA_QUALITY_PATH,
-    GPUS_SECTION,
-    METRIC_SOURCE_FIELDS,
-    QUALITY_GROUPS,
-    SECTIONS,
-)
 from poolscope.bridge.rollup_index import (
     ABSENT,
     DATA_QUALITY_SLOT,
@@ -42,6 +35,13 @@ from poolscope.bridge.rollup_index import (
     SLOT_PATHS,
     PoolIndex,
     index_pairs,
+)
+from poolscope.contract.fields import (
+    DATA_QUALITY_PATH,
+    GPUS_SECTION,
+    METRIC_SOURCE_FIELDS,
+    QUALITY_GROUPS,
+    SECTIONS,
 )
 
 SCHEMA_VERSION = 1

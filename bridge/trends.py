@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from poolscope.bridge.fields import FIELDS
 from poolscope.bridge.promapi import PrometheusAPI, RangeSeries
 from poolscope.bridge.promql import pool_matcher
-from poolscope.exporters.common.thresholds import SCRAPE_INTERVAL_S
+from poolscope.contract.fields import FIELDS
+from poolscope.contract.thresholds import SCRAPE_INTERVAL_S
 
 TREND_WINDOW_S = 900.0
 # Three scrape (and rule evaluation) intervals: a load lasting that long always lands on

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from poolscope.exporters.common import thresholds
+from poolscope.contract import thresholds
 
 SCHEMA_VERSION = 39
 # The release whose schema the dashboards are validated against (pyproject.toml

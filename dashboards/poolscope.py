@@ -3,7 +3,7 @@
 Pool-level panels read the `proxy_pool:*` recording rules, the same series
 the Scheduler bridge serves, so a dashboard and the Scheduler can never
 disagree. Instance-level panels read the exporters' raw series
-(exporters/common/catalog.py), which the rules read straight as well.
+(contract/catalog.py), which the rules read straight as well.
 
 Every selector also matches `region` and `cluster`, so one dashboard serves a
 single Prometheus and the federated global one (deploy/federation/: each
@@ -17,7 +17,7 @@ a single Prometheus, which sets neither.
 from __future__ import annotations
 
 from dashboards.grafana import Json, Panel, Row, StateSet, Target, dashboard, query_variable
-from poolscope.exporters.common import thresholds
+from poolscope.contract import thresholds
 
 WHERE = 'region=~"$region",cluster=~"$cluster"'
 POOLS = WHERE + ',proxy_id=~"$proxy_id"'

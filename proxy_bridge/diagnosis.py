@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from poolscope.bridge.fields import DATA_QUALITY_ROLLUP, FIELDS, Field, Input
 from poolscope.bridge.local_queries import FRESHNESS_RULE
 from poolscope.bridge.local_view import LocalView, asleep
 from poolscope.bridge.pool_series import one
-from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY
+from poolscope.contract import catalog as c
+from poolscope.contract.fields import DATA_QUALITY_ROLLUP, FIELDS, Field, Input
+from poolscope.contract.thresholds import FRESH_S, MEMBER_MEMORY
 
 NVML_UNAVAILABLE = "nvml_unavailable"  # poolscope.exporters.common.health.ErrorReason
 TGI_SOURCE = c.engine_source("tgi")

@@ -1,5 +1,5 @@
 """`python -m rules.render [--check]`: write rules/*.yml and docs/thresholds.md from
-rules/src/ and exporters/common/thresholds.py, or fail when a committed copy differs.
+rules/src/ and contract/thresholds.py, or fail when a committed copy differs.
 
 A template is the rule file itself with `${NAME}` where a threshold goes (`${NAME:duration}`
 for seconds written as a PromQL duration), so it reads as PromQL and the numbers are
@@ -18,7 +18,7 @@ from pathlib import Path
 from unittest import mock
 
 from dashboards.__main__ import rendered as rendered_dashboards
-from poolscope.exporters.common import thresholds
+from poolscope.contract import thresholds
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "rules"

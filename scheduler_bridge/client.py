@@ -12,7 +12,7 @@ one it parsed and accepts gzip, so a request within an evaluation interval costs
 snapshot about a tenth of its JSON. The snapshot's age changes with every request, so
 it comes in headers (`X-Poolscope-Age-S`), not in the body.
 
-The sections' dataclasses are rendered from poolscope.bridge.fields into
+The sections' dataclasses are rendered from poolscope.contract.fields into
 client_fields.py, written out rather than built at import so that a Scheduler's type
 checker sees every field (a test fails when they drift). Fields the bridge adds later
 are ignored; fields missing from an older bridge are None.
@@ -52,7 +52,7 @@ class PoolSummary:
     utilization: Utilization
     health: Health
     # By gpu_model; None when the bridge knows nothing of the pool's GPUs (or predates
-    # the field), never {} (see poolscope.bridge.fields.GPUS_SECTION).
+    # the field), never {} (see poolscope.contract.fields.GPUS_SECTION).
     gpus: dict[str, GpuCapacity] | None = None
 
 

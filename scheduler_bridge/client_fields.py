@@ -1,5 +1,5 @@
 """The pool summary's objects as the typed client parses them. Rendered from
-bridge/fields.py by `make generate` (python -m poolscope.bridge.contract --write):
+contract/fields.py by `make generate` (python -m poolscope.bridge.render --write):
 edit fields.py, not this file."""
 
 from __future__ import annotations

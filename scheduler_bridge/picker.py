@@ -57,7 +57,7 @@ REPORT_MAX_AGE_S = 3.0
 # The Scheduler bridge's default --stale-after: past it the bridge refuses too.
 SUMMARY_MAX_AGE_S = 30.0
 REFUSAL_BACKOFF_S = 5.0
-# Admission states (exporters/common/catalog.py ADMISSION_STATES) a pool takes no
+# Admission states (contract/catalog.py ADMISSION_STATES) a pool takes no
 # request in: asleep answers with zeros and serves nothing; draining is on its way out.
 NOT_ACCEPTING = frozenset({"asleep", "draining"})
 

@@ -1,6 +1,7 @@
 """The packages follow the layers, and no module imports itself back.
 
-service (HTTP hardening, flag types, ids) is the floor; the exporters sit on it; the
+contract (the metric catalog, thresholds and summary fields) and service (HTTP hardening,
+flag types, ids) are the floor; the exporters sit on them; the
 bridges' shared core (bridge) reads what the exporters publish; each bridge is built
 from that core and never from the other bridge. A cycle is caught at module level,
 TYPE_CHECKING imports included, since a cycle that only type checkers see still ties two
@@ -16,15 +17,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("service", "exporters", "bridge", "scheduler_bridge", "proxy_bridge")
+PACKAGES = ("contract", "service", "exporters", "bridge", "scheduler_bridge", "proxy_bridge")
 OLD_TOP_LEVEL = PACKAGES
 # What each package may import from the others (besides itself).
 ALLOWED = {
+    "contract": set(),
     "service": set(),
-    "exporters": {"service"},
-    "bridge": {"service", "exporters"},
-    "scheduler_bridge": {"service", "exporters", "bridge"},
-    "proxy_bridge": {"service", "exporters", "bridge"},
+    "exporters": {"service", "contract"},
+    "bridge": {"service", "contract", "exporters"},
+    "scheduler_bridge": {"service", "contract", "exporters", "bridge"},
+    "proxy_bridge": {"service", "contract", "exporters", "bridge"},
 }
 
 

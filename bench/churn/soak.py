@@ -36,7 +36,7 @@ from bench.churn.verdict import (
 )
 from deploy.demo.cluster import prometheus_config, start_proxy_bridges
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
-from poolscope.exporters.common.thresholds import MEMBER_MEMORY
+from poolscope.contract.thresholds import MEMBER_MEMORY
 from tests.scale.stacks import start_prometheus
 
 CHURN_POOL_INSTANCES = 2  # members of each short-lived pool

@@ -1,5 +1,5 @@
 """The pool summary's and the load report's JSON Schemas, shipped with the package for
-consumers and tests; rendered from bridge/fields.py by poolscope.bridge.contract."""
+consumers and tests; rendered from contract/fields.py by poolscope.bridge.render."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry
 from deploy.demo.proxy_chat import ChatPath, PathConfig
 from deploy.demo.proxy_control import ControlPlane
 from deploy.demo.proxy_select import Strategy
+from poolscope.contract.thresholds import FORGET_AFTER_S
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
-from poolscope.exporters.common.thresholds import FORGET_AFTER_S
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from poolscope.exporters.common.thresholds import SCRAPE_INTERVAL_S
+from poolscope.contract.thresholds import SCRAPE_INTERVAL_S
 
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.yml"))

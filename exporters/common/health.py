@@ -25,8 +25,8 @@ from enum import StrEnum
 
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog
-from poolscope.exporters.common.catalog import Family
+from poolscope.contract import catalog
+from poolscope.contract.catalog import Family
 
 
 class ErrorReason(StrEnum):

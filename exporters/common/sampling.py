@@ -26,13 +26,13 @@ from typing import Generic, Protocol, TypeVar
 
 from prometheus_client.core import Metric
 
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.health import (
     CollectorHealth,
     ErrorReason,
     HealthBoard,
     UnavailableReason,
 )
-from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.service.argtypes import positive_float
 from poolscope.service.identity import Identity
 

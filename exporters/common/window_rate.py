@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from poolscope.exporters.common.thresholds import FRESH_S, RATE_EDGE_S, RATE_WINDOW_S
+from poolscope.contract.thresholds import FRESH_S, RATE_EDGE_S, RATE_WINDOW_S
 
 
 class WindowRate:

@@ -2,7 +2,7 @@
 
 Each measured input votes a level; the worst vote wins: engine KV-cache usage and
 waiting requests at or above, host memory available / total at or below, their
-degraded and saturated thresholds (defaults in exporters/common/thresholds.py,
+degraded and saturated thresholds (defaults in contract/thresholds.py,
 listed in docs/thresholds.md; each is a CLI flag, see `--help`).
 
 `accepting` needs evidence about the engine: it is claimed only when the
@@ -28,7 +28,7 @@ from enum import IntEnum, StrEnum
 
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog, thresholds
+from poolscope.contract import catalog, thresholds
 from poolscope.service.identity import Identity
 
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.plausible import RUNNING
 from poolscope.exporters.instance.engine import EngineSample
 from poolscope.service.identity import Identity

@@ -21,7 +21,8 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 import aiohttp
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import KV_FULL, WAITING_Q
 from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_before, fetch_text
 from poolscope.exporters.common.health import ErrorReason, HealthBoard
 from poolscope.exporters.common.plausible import (
@@ -34,7 +35,6 @@ from poolscope.exporters.common.plausible import (
 )
 from poolscope.exporters.common.promtext import Labels, PromTextError, prefixes_on_page, select
 from poolscope.exporters.common.sampling import SampleError
-from poolscope.exporters.common.thresholds import KV_FULL, WAITING_Q
 from poolscope.exporters.instance.engines import (
     LOAD_FIELDS,
     MAPPINGS,

@@ -47,7 +47,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.health import ErrorReason, UnavailableReason
 from poolscope.exporters.common.sampling import SampleError, Unavailable
 from poolscope.service.identity import Identity

@@ -16,7 +16,7 @@ from types import ModuleType
 import psutil as _psutil
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.common.window_rate import WindowRate

@@ -16,7 +16,7 @@ from types import ModuleType
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.health import HealthBoard
 from poolscope.exporters.common.sampling import SamplingLoop, Slot
 from poolscope.exporters.instance.admission import Admission, AdmissionInputs, AdmissionThresholds

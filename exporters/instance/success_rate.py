@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import Metric
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.window_rate import WindowRate
 from poolscope.exporters.instance.engine import EngineSample
 from poolscope.service.identity import Identity

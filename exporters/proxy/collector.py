@@ -30,8 +30,8 @@ from typing import Any
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.contract import catalog as c
+from poolscope.contract.thresholds import IDLE_S
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.dispatch import DispatchTracker
 from poolscope.exporters.proxy.queues import REJECTION_REASONS, QueueMetrics

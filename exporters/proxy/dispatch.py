@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
-from poolscope.exporters.common.catalog import OUTCOMES
+from poolscope.contract.catalog import OUTCOMES
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.histogram import REQUEST_DURATION_BUCKETS, Histogram
 

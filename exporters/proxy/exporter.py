@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from poolscope.exporters.common.thresholds import FORGET_AFTER_S
+from poolscope.contract.thresholds import FORGET_AFTER_S
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.collector import ProxyCollector
 from poolscope.exporters.proxy.dispatch import DispatchTracker

@@ -39,7 +39,7 @@ import aiohttp
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from poolscope.exporters.common import catalog as c
+from poolscope.contract import catalog as c
 from poolscope.exporters.common.fetch import FETCH_REASONS, fetch_text
 from poolscope.exporters.common.health import ErrorReason, HealthBoard, HealthFamilies
 from poolscope.exporters.common.sampling import SamplingLoop, Slot

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from poolscope.exporters.common.catalog import QUEUES
+from poolscope.contract.catalog import QUEUES
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.histogram import QUEUE_WAIT_BUCKETS, Histogram
 

@@ -14,7 +14,7 @@ so no timer is needed and no call sees a member past the bound; each forgetting 
 logged once and counted (`forgotten`). A forgotten member that registers again
 comes back as new; its heartbeats are refused until then, as an unknown one's.
 
-An Instance may also state its admission state (exporters/common/catalog.py
+An Instance may also state its admission state (contract/catalog.py
 ADMISSION_STATES): the Proxy cannot tell an engine put to sleep from an idle one,
 and the load report leaves asleep members' capacity out, as the pool rules do.
 """
@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from poolscope.exporters.common.catalog import ADMISSION_STATES
-from poolscope.exporters.common.thresholds import FORGET_AFTER_S
+from poolscope.contract.catalog import ADMISSION_STATES
+from poolscope.contract.thresholds import FORGET_AFTER_S
 from poolscope.exporters.proxy.clock import SYSTEM_CLOCK, Clock
 from poolscope.exporters.proxy.dispatch import DispatchStats
 

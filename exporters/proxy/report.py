@@ -5,7 +5,7 @@ to its heartbeats, so the Scheduler sees load that it did not send about one hea
 late instead of one scrape plus one rule evaluation late (docs/scheduling.md measures
 both). Its fields are a subset of the summary's, named here by path; the exporters do
 not import the bridges, so the bridge renders the report's JSON Schema from the
-summary's entries of these paths (poolscope.bridge.contract, docs/design.md "The load
+summary's entries of these paths (poolscope.bridge.render, docs/design.md "The load
 report"), and poolscope.scheduler_bridge.load_report receives it.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from poolscope.exporters.common.catalog import ADMISSION_LEVELS, QUEUES
+from poolscope.contract.catalog import ADMISSION_LEVELS, QUEUES
 from poolscope.exporters.instance.admission import AdmissionState
 from poolscope.exporters.proxy.registry import Instance
 

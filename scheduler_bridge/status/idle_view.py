@@ -30,8 +30,8 @@ from typing import Any
 from poolscope.bridge.local_view import as_count, as_flag
 from poolscope.bridge.pool_series import PoolSeries, one
 from poolscope.bridge.summary import Sample
-from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.contract import catalog as c
+from poolscope.contract.thresholds import IDLE_S
 from poolscope.scheduler_bridge.status.model import (
     FleetView,
     GpuModelView,

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from poolscope.bridge.cache import Served
 from poolscope.bridge.trends import Trend, Trends
-from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.scheduler_bridge.client import (
     BridgeSnapshot,
     GpuCapacity,

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from poolscope.bridge.trends import Trends
-from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.scheduler_bridge.client import parse_pool
 from poolscope.scheduler_bridge.status.model import (
     PERCENT,

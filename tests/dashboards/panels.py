@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from dashboards import HERE
-from poolscope.bridge.fields import rollup_names
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.fields import rollup_names
 
 REPO = HERE.parent
 DASHBOARD_FILES = sorted(HERE.glob("*.json"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dashboards import CONSOLE_PATH
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.console_page import pool_rows
 from tests.support.chromium import chromium

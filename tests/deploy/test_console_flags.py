@@ -30,8 +30,8 @@ from typing import Any, TypedDict
 
 import pytest
 
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.sampling import sample_interval
-from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.scheduler_bridge.status.cli import watch_interval
 from poolscope.service.argtypes import (
     http_url,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolscope.exporters.common.thresholds import (
+from poolscope.contract.thresholds import (
     ALERT_INTERVAL_S,
     ERROR_RATES_INTERVAL_S,
     SCRAPE_INTERVAL_S,

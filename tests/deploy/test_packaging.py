@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("service", "exporters", "bridge", "scheduler_bridge", "proxy_bridge")
+FOLDERS = ("contract", "service", "exporters", "bridge", "scheduler_bridge", "proxy_bridge")
 NOT_INSTALLED = ("deploy", "dashboards", "bench", "rules", "tests")
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from deploy.demo.cluster import prometheus_config
-from poolscope.exporters.common.catalog import all_families
+from poolscope.contract.catalog import all_families
 from tests.deploy.prometheus_config import (
     CONFIG,
     EXPORTER_JOBS,

@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.service import build
 from tests.deploy.service_pages import PAGES, SERVICES, serving_page
 from tests.support.prometheus import Prometheus, running_prometheus, scrape_config

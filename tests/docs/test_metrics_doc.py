@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from poolscope.bridge.audit import PROCESS_SERIES, documented_path, render_into
-from poolscope.bridge.fields import FIELDS, GPU_FIELDS
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.fields import FIELDS, GPU_FIELDS
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "metrics.md"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.instance.admission import (
     AdmissionInputs,
     AdmissionState,

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.instance.config import parse
 from poolscope.service.argtypes import UsageError
 from tests.support.commands import command_process

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiohttp import web
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import KV_FULL, WAITING_Q
 from poolscope.exporters.common.fetch import MAX_PAGE_BYTES
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.sampling import SampleError
-from poolscope.exporters.common.thresholds import KV_FULL, WAITING_Q
 from poolscope.exporters.instance.engine import EngineReader, EngineSample, detect, interpret
 from poolscope.exporters.instance.engines import MAPPINGS, SGLANG, TGI, TRTLLM, VLLM
 from tests.instance.conftest import (

@@ -12,7 +12,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.exposition import RoundCache
 from poolscope.exporters.instance.server import make_app
 from poolscope.exporters.instance.service import InstanceExporter

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.exposition import RoundCache
 from poolscope.exporters.common.health import ErrorReason, UnavailableReason
 from poolscope.exporters.common.sampling import SampleError, Unavailable

@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.instance.server import make_app
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text
 from tests.instance.fakes import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_fami
 from poolscope.bridge.app import Settings, bridge_app
 from poolscope.bridge.cache import Source
 from poolscope.bridge.metrics import BridgeMetrics
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.exposition import (
     OPENMETRICS,
     TEXT,

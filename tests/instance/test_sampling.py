@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.health import (
     ErrorReason,
     HealthBoard,
@@ -18,7 +19,6 @@ from poolscope.exporters.common.health import (
     UnavailableReason,
 )
 from poolscope.exporters.common.sampling import SampleError, SamplingLoop, Unavailable
-from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.service.identity import Identity
 from tests.instance.conftest import MakeExporter, health
 from tests.support.clock import Clock

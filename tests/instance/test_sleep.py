@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.instance.admission import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from poolscope.exporters.common import catalog
-from poolscope.exporters.common.thresholds import RATE_WINDOW_S
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import RATE_WINDOW_S
 from poolscope.exporters.common.window_rate import WindowRate
 from poolscope.exporters.instance.engine import EngineSample
 from poolscope.exporters.instance.host import HostReader

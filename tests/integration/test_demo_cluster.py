@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from deploy.demo.cluster import Cluster
-from poolscope.bridge.fields import FIELDS
+from poolscope.contract.fields import FIELDS
 from tests.support.cluster import demo_cluster
 from tests.support.polling import eventually
 from tests.support.prometheus import Prometheus

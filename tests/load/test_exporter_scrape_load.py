@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.exporter_scrape_load import exporter_process, scrape_at_rate
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from tests.support.polling import eventually
 from tests.support.static_http import serving_fixture
 

@@ -24,7 +24,7 @@ from bench.series_per_member import (
     run,
     table,
 )
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.proxy.histogram import REQUEST_DURATION_BUCKETS
 from tests.support.flags import refused
 

@@ -6,7 +6,7 @@ import pytest
 
 from deploy.demo.proxy import EXPORTER, create_app, main, parse_args
 from deploy.demo.proxy_select import Strategy
-from poolscope.exporters.common.thresholds import FORGET_AFTER_S
+from poolscope.contract.thresholds import FORGET_AFTER_S
 
 
 def test_flags_parse_into_the_documented_config() -> None:

@@ -14,8 +14,8 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from poolscope.exporters.common import catalog
-from poolscope.exporters.common.thresholds import FORGET_AFTER_S
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import FORGET_AFTER_S
 from poolscope.exporters.proxy import InstanceRegistry, ProxyExporter, UnknownInstance
 from poolscope.exporters.proxy.registry import DEFAULT_HEARTBEAT_TIMEOUT
 from tests.proxy.conftest import PROXY_ID, FakeClock

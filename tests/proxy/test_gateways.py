@@ -19,11 +19,11 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from poolscope.exporters.common import catalog as c
+from poolscope.contract import catalog as c
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.plausible import MAX_POOL_MEMBERS, MAX_POOL_REQUESTS
 from poolscope.exporters.common.sampling import SampleError
-from poolscope.exporters.common.thresholds import FRESH_S
 from poolscope.exporters.proxy.__main__ import parse
 from poolscope.exporters.proxy.gateway import (
     NO_POOL,

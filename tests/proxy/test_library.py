@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from poolscope.exporters.common import catalog
-from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import IDLE_S
 from poolscope.exporters.proxy import ProxyExporter, UnknownInstance
 from poolscope.exporters.proxy.histogram import Histogram
 from poolscope.scheduler_bridge.client import parse_pool

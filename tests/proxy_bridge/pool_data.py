@@ -13,7 +13,7 @@ from poolscope.bridge.local_queries import (
     SEEN_RULE,
     LocalQueries,
 )
-from poolscope.exporters.common import catalog as c
+from poolscope.contract import catalog as c
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, series
 
 GiB = 2.0**30

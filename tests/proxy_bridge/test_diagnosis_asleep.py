@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolscope.bridge.fields import FIELDS
+from poolscope.contract.fields import FIELDS
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import Series, pool_series

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from poolscope.bridge.fields import FIELDS
 from poolscope.bridge.local_queries import FRESHNESS_RULE
-from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import FRESH_S, MEMBER_MEMORY, RATE_EDGE_S, RATE_WINDOW_S
+from poolscope.contract import catalog as c
+from poolscope.contract.fields import FIELDS
+from poolscope.contract.thresholds import FRESH_S, MEMBER_MEMORY, RATE_EDGE_S, RATE_WINDOW_S
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.scheduler_bridge.canned import Series, pool_series, series

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from deploy.demo.cluster import Cluster
 from poolscope.bridge.app import Settings
-from poolscope.exporters.common.catalog import HOST_NETWORK_RECEIVE, HOST_NETWORK_TRANSMIT
+from poolscope.contract.catalog import HOST_NETWORK_RECEIVE, HOST_NETWORK_TRANSMIT
 from poolscope.proxy_bridge.app import create_app
 from poolscope.scheduler_bridge.app import create_app as scheduler_app
 from tests.proxy_bridge.conftest import Serve

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.bridge.local_queries import LocalSamples
 from poolscope.bridge.local_view import LocalView
-from poolscope.exporters.common import catalog as c
+from poolscope.contract import catalog as c
+from poolscope.contract.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.proxy_bridge import diagnosis
 from poolscope.proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
 from tests.proxy_bridge.conftest import PID, MakeBridge

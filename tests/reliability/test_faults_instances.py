@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from poolscope.bridge.fields import FIELDS
+from poolscope.contract.fields import FIELDS
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from tests.instance.fakes import FakeGpu, FakeNvml
 from tests.reliability.stack import (

@@ -21,8 +21,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from poolscope.bridge.fields import FIELDS
 from poolscope.bridge.summary import build_snapshot, encode_json
+from poolscope.contract.fields import FIELDS
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.promtext import PromTextError, select
 from poolscope.exporters.common.sampling import SampleError

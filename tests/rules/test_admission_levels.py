@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from poolscope.exporters.common.catalog import ADMISSION_LEVELS, ADMISSION_STATES
+from poolscope.contract.catalog import ADMISSION_LEVELS, ADMISSION_STATES
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "src" / "proxy_pool.yml"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolscope.exporters.common.catalog import ADMISSION_LEVELS, OUTCOMES
-from poolscope.exporters.common.thresholds import ALERT_DEGRADED_S, IDLE_GPUS_S, IDLE_S
+from poolscope.contract.catalog import ADMISSION_LEVELS, OUTCOMES
+from poolscope.contract.thresholds import ALERT_DEGRADED_S, IDLE_GPUS_S, IDLE_S
 from tests.support.prometheus import REPO, binary
 
 ALERTS = REPO / "rules" / "alerts.yml"

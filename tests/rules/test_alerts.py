@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from poolscope.exporters.common.thresholds import (
+from poolscope.contract.thresholds import (
     ALERT_INTERVAL_S,
     ERROR_RATES_INTERVAL_S,
     RUNBOOK_URL,

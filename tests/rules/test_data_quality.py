@@ -1,7 +1,7 @@
 """The rules' `complete` asks for every field the bridge reports, so the two never disagree.
 
 The Scheduler bridge never calls a pool summary complete while a field is null; the
-rule's `complete` must therefore require every rollup that bridge/fields.py
+rule's `complete` must therefore require every rollup that contract/fields.py
 names. A field added there and not to the rule
 would make Grafana and the console say complete where the JSON says partial;
 this test catches that, and proves it can catch it by deleting each reference.
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from poolscope.bridge.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Field, Kind
+from poolscope.contract.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Field, Kind
 from tests.support.prometheus import REPO
 
 RULE_FILE = REPO / "rules" / "proxy_pool.yml"

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.fleet_target import GATEWAY_ONLY, Fleet
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 
 
 def _parse(fleet: Fleet) -> dict[str, list[tuple[str, dict[str, str], float]]]:

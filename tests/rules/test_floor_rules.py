@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolscope.bridge.fields import rollup_names
+from poolscope.contract.fields import rollup_names
 from tests.support.prometheus import REPO
 
 FLOOR = REPO / "bench" / "floor_rules" / "proxy_pool.yml"

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from poolscope.bridge.fields import FIELDS, Kind, rollup_names
 from poolscope.bridge.queries import FLEET_SERIES
+from poolscope.contract.fields import FIELDS, Kind, rollup_names
 from tests.support.prometheus import REPO, binary
 
 RULES_DIR = REPO / "rules"

@@ -7,8 +7,8 @@ import re
 
 import yaml
 
-from poolscope.bridge.fields import MEMBERSHIP_SOURCES
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
+from poolscope.contract.fields import MEMBERSHIP_SOURCES
 from tests.support.prometheus import RULE_FILES
 
 RULES = {r["record"]: r["expr"] for path in RULE_FILES

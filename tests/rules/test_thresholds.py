@@ -1,4 +1,4 @@
-"""Every threshold is written once, in exporters/common/thresholds.py: the rule files
+"""Every threshold is written once, in contract/thresholds.py: the rule files
 and docs/thresholds.md are rendered from it (`python -m rules.render`), the dashboards
 import it. A rendered copy edited by hand, or a number a template writes itself, fails here."""
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dashboards.__main__ import rendered as rendered_dashboards
-from poolscope.exporters.common import thresholds
+from poolscope.contract import thresholds
 from rules import render
 from tests.support.prometheus import RULE_FILES
 

@@ -7,7 +7,7 @@ tests/rules/test_alert_fleets.py."""
 
 from __future__ import annotations
 
-from poolscope.exporters.common import thresholds as t
+from poolscope.contract import thresholds as t
 from poolscope.exporters.proxy.histogram import QUEUE_WAIT_BUCKETS
 
 

@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from poolscope.bridge.fields import (
+from poolscope.bridge.schema import pool_summary_schema
+from poolscope.bridge.summary import build_summaries, parse_value
+from poolscope.contract.fields import (
     DATA_QUALITY_PATH,
     FIELDS,
     GPU_FIELDS,
@@ -15,8 +17,6 @@ from poolscope.bridge.fields import (
     QUALITY_GROUPS,
     SECTIONS,
 )
-from poolscope.bridge.schema import pool_summary_schema
-from poolscope.bridge.summary import build_summaries, parse_value
 from poolscope.scheduler_bridge import client
 from tests.scheduler_bridge.canned import pool_series
 

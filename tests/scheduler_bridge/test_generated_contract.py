@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
-from poolscope.bridge import contract, fields
-from poolscope.bridge.fields import Classification, Field, Input, Kind
+from poolscope.bridge import render
 from poolscope.bridge.local_view import LocalView
 from poolscope.bridge.pool_series import PoolSeries
 from poolscope.bridge.schema import LOAD_REPORT, POOL_SUMMARY, load_report_schema
 from poolscope.bridge.summary import build_summaries, parse_value
-from poolscope.exporters.common import catalog as c
+from poolscope.contract import catalog as c
+from poolscope.contract import fields
+from poolscope.contract.fields import Classification, Field, Input, Kind
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.exporters.proxy.report import REPORT_PATHS
 from poolscope.proxy_bridge import diagnosis
@@ -44,17 +45,17 @@ DRAINING = Field("instances.draining", "proxy_pool:instances_draining:count",
 
 
 def test_the_committed_schema_is_rendered_from_fields_py() -> None:
-    assert POOL_SUMMARY.read_text() == contract.render_schema(), (
+    assert POOL_SUMMARY.read_text() == render.render_schema(), (
         f"{POOL_SUMMARY} drifted from fields.py: run `make generate`")
 
 
 def test_the_committed_client_fields_are_rendered_from_fields_py() -> None:
-    assert CLIENT_FIELDS.read_text() == contract.render_client(), (
+    assert CLIENT_FIELDS.read_text() == render.render_client(), (
         f"{CLIENT_FIELDS} drifted from fields.py: run `make generate`")
 
 
 def test_the_committed_load_report_schema_is_rendered_from_fields_py() -> None:
-    assert LOAD_REPORT.read_text() == contract.render_report_schema(), (
+    assert LOAD_REPORT.read_text() == render.render_report_schema(), (
         f"{LOAD_REPORT} drifted from fields.py: run `make generate`")
 
 
@@ -86,7 +87,7 @@ def test_a_real_load_report_is_valid_and_of_exactly_the_schemas_fields(
 
 def test_the_load_reports_fields_have_the_summarys_schemas() -> None:
     """Taken from the same entries: a field's type and meaning are the summary's."""
-    summary, report = contract.schema(), contract.report_schema()
+    summary, report = render.schema(), render.report_schema()
     for path in REPORT_PATHS:
         section, _, key = path.partition(".")
         ours = report["properties"][section]["properties"][key]
@@ -108,11 +109,11 @@ def test_every_input_a_field_can_name_has_a_diagnosis() -> None:
 def with_new_fields(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """FIELDS with the two new entries, and the modules that read it loaded anew."""
     monkeypatch.setattr(fields, "FIELDS", (*fields.FIELDS, PREEMPTED, DRAINING))
-    importlib.reload(contract)
+    importlib.reload(render)
     importlib.reload(diagnosis)
     yield
     monkeypatch.undo()
-    importlib.reload(contract)
+    importlib.reload(render)
     importlib.reload(diagnosis)
 
 
@@ -136,7 +137,7 @@ def _view(raw: list[Series]) -> LocalView:
 def test_a_new_field_is_in_the_schema_with_its_kind(preempted: Any, draining: Any,
                                                      valid: bool) -> None:
     """A number or null, a count (a whole number, at least 0) or null."""
-    validator = Draft202012Validator(contract.schema())
+    validator = Draft202012Validator(render.schema())
     pool = _summary(**{PREEMPTED.path: preempted, DRAINING.path: draining})
     assert validator.is_valid(pool) is valid
 
@@ -144,7 +145,7 @@ def test_a_new_field_is_in_the_schema_with_its_kind(preempted: Any, draining: An
 @pytest.mark.usefixtures("with_new_fields")
 def test_a_new_field_is_required_by_the_schema() -> None:
     with pytest.raises(ValidationError, match=PREEMPTED.key):
-        Draft202012Validator(contract.schema()).validate(_summary(**{DRAINING.path: 1}))
+        Draft202012Validator(render.schema()).validate(_summary(**{DRAINING.path: 1}))
 
 
 @pytest.mark.usefixtures("with_new_fields")
@@ -152,7 +153,7 @@ def test_a_new_field_is_declared_in_the_client_as_null_or_its_type(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rendered = ModuleType("rendered_client_fields")
     monkeypatch.setitem(sys.modules, rendered.__name__, rendered)  # dataclasses look it up
-    exec(compile(contract.render_client(), str(CLIENT_FIELDS), "exec"), rendered.__dict__)
+    exec(compile(render.render_client(), str(CLIENT_FIELDS), "exec"), rendered.__dict__)
     declared = {(cls, f.name): (f.type, f.default) for cls in ("Load", "Instances")
                 for f in dataclasses.fields(getattr(rendered, cls))}
     assert declared[("Load", PREEMPTED.key)] == ("float | None", None)

@@ -12,9 +12,9 @@ from jsonschema import Draft202012Validator
 
 from poolscope.bridge.app import CACHE
 from poolscope.bridge.cache import RETIRE_AFTER_S
-from poolscope.bridge.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.bridge.queries import EVALUATED_QUERY, FLEET_EVALUATED_QUERY, SNAPSHOT_QUERY
 from poolscope.bridge.schema import pool_summary_schema
+from poolscope.contract.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.service.auth import Access
 from poolscope.service.web import Exposure
 from tests.scheduler_bridge.canned import CannedPrometheus, Series, pool_series, series

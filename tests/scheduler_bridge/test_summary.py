@@ -10,13 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from poolscope.bridge.fields import (
-    DATA_QUALITY_LABEL,
-    DATA_QUALITY_ROLLUP,
-    FIELDS,
-    METRIC_SOURCE_FIELDS,
-    Kind,
-)
 from poolscope.bridge.schema import pool_summary_schema
 from poolscope.bridge.summary import (
     Sample,
@@ -25,6 +18,13 @@ from poolscope.bridge.summary import (
     build_summaries,
     encode_json,
     parse_value,
+)
+from poolscope.contract.fields import (
+    DATA_QUALITY_LABEL,
+    DATA_QUALITY_ROLLUP,
+    FIELDS,
+    METRIC_SOURCE_FIELDS,
+    Kind,
 )
 from poolscope.scheduler_bridge.client import parse_pool
 from tests.scheduler_bridge.canned import Series, pool_series, series

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.contract.thresholds import IDLE_S
 from poolscope.scheduler_bridge.idle_instances import ROUTE
 from poolscope.scheduler_bridge.status.cli import main
 from tests.proxy_bridge.pool_data import Inst

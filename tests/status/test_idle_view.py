@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 
 from poolscope.bridge.summary import parse_value
-from poolscope.exporters.common import catalog as c
-from poolscope.exporters.common.thresholds import IDLE_S
+from poolscope.contract import catalog as c
+from poolscope.contract.thresholds import IDLE_S
 from poolscope.scheduler_bridge.status.idle_view import (
     HeldGpus,
     IdleView,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.scheduler_bridge.status.pool_view import build_pool_detail
 from poolscope.scheduler_bridge.status.text import Style, render_pool_text, sparkline
 from tests.status.fleet import busy_pool, summaries

@@ -35,7 +35,7 @@ import pytest
 
 from dashboards import CONSOLE_PATH
 from deploy.demo.cluster import SIMULATED_MODELS, Cluster
-from poolscope.exporters.common.thresholds import FRESH_S
+from poolscope.contract.thresholds import FRESH_S
 from poolscope.scheduler_bridge.status.model import UNKNOWN
 from poolscope.scheduler_bridge.status.pool_view import (
     ALIVE,

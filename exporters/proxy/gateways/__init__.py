@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from poolscope.exporters.common import catalog
+from poolscope.contract import catalog
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.plausible import Range
 from poolscope.exporters.common.sampling import SampleError

@@ -166,7 +166,7 @@ ENGINE_SATURATION = _instance(
     "poolscope_engine_saturation_ratio", "gauge",
     "The engine's load against its healthy limit (1): max(waiting requests / WAITING_Q, "
     "fullest rank's KV-cache usage / KV_FULL), thresholds in "
-    "exporters/common/thresholds.py; one term when the engine exposes only one. What "
+    "contract/thresholds.py; one term when the engine exposes only one. What "
     "the pool's saturation averages.")
 ENGINE_REQUEST_SUCCESS = _instance(
     "poolscope_engine_request_success_total", "counter",
@@ -193,7 +193,7 @@ ADMISSION_STATES = ("accepting", "degraded", "saturated", "asleep", "draining", 
 INSTANCE_ADMISSION_STATE = _instance(
     "poolscope_instance_admission_state", "gauge",
     "1 for the Instance's current admission state, 0 for the others (a state set). Its "
-    "thresholds (ADMISSION_* in exporters/common/thresholds.py) differ from the "
+    "thresholds (ADMISSION_* in contract/thresholds.py) differ from the "
     "saturation's WAITING_Q and KV_FULL on purpose: saturation is a score to compare "
     "Instances by, 1 where the Gateway API Inference Extension stops preferring one, "
     "while admission is the Instance's own verdict, degraded once a request waits and "
@@ -319,7 +319,7 @@ POOL_INSTANCES_STALE = _proxy(
     "Instances of the pool that are registered but not alive.")
 POOL_INSTANCES_IDLE = _proxy(
     "poolscope_proxy_pool_instances_idle", "gauge",
-    "Instances not dispatched to for the idle threshold (poolscope.exporters.common.thresholds).")
+    "Instances not dispatched to for the idle threshold (poolscope.contract.thresholds).")
 POOL_INSTANCES_IDLE_UNKNOWN = _proxy(
     "poolscope_proxy_pool_instances_idle_unknown", "gauge",
     "Instances never dispatched to since the exporter started: idle time unknown.")
@@ -334,7 +334,7 @@ POOL_CAPACITY = _proxy(
 PROXY_INSTANCES_FORGOTTEN = _proxy(
     "poolscope_proxy_instances_forgotten_total", "counter",
     "Instances the embedded Proxy forgot because they sent no heartbeat for its "
-    "forget-after bound (FORGET_AFTER_S in poolscope.exporters.common.thresholds), with "
+    "forget-after bound (FORGET_AFTER_S in poolscope.contract.thresholds), with "
     "every series about them; a deregistered Instance is not counted. A gateway keeps "
     "no members to forget.")
 PROXY_COLLECTOR_SUCCESS = _proxy(

@@ -3,7 +3,7 @@
 This table is the contract between `rules/` (which must produce each rollup),
 the bridges (which turn rollups into JSON), `/debug/pool_resource_sources`
 and `docs/metrics.md` (a test fails when they disagree). The JSON Schema and the
-typed client's dataclasses are rendered from it (poolscope.bridge.contract), so a
+typed client's dataclasses are rendered from it (poolscope.bridge.render), so a
 field is added here, with its rule and its test, or nowhere; none is ever renamed
 or removed (schema_version 1 is append-only).
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from poolscope.exporters.common import catalog
-from poolscope.exporters.common.thresholds import (
+from poolscope.contract import catalog
+from poolscope.contract.thresholds import (
     FRESH_S,
     IDLE_S,
     KV_FULL,

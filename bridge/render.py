@@ -4,7 +4,7 @@ hand edit of any of them.
 
 A test fails when the committed copies drift from what this writes:
 
-    python -m poolscope.bridge.contract --write \\
+    python -m poolscope.bridge.render --write \\
         bridge/schema/pool_summary.schema.json scheduler_bridge/client_fields.py \\
         bridge/schema/load_report.schema.json
 """
@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from poolscope.bridge.fields import (
+from poolscope.bridge.summary import SCHEMA_VERSION, UNKNOWN_SOURCE
+from poolscope.contract.fields import (
     DATA_QUALITY_PATH,
     FIELDS,
     GPU_FIELDS,
@@ -32,10 +33,9 @@ from poolscope.bridge.fields import (
     Field,
     Kind,
 )
-from poolscope.bridge.summary import SCHEMA_VERSION, UNKNOWN_SOURCE
 from poolscope.exporters.proxy.report import REPORT_PATHS
 
-COMMAND = "python -m poolscope.bridge.contract --write"
+COMMAND = "python -m poolscope.bridge.render --write"
 MISSING = QUALITY_LEVELS[-1]
 # data_quality is computed by the bridge, so it is in no table but in its section.
 _DQ_SECTION, _, _DQ_KEY = DATA_QUALITY_PATH.partition(".")
@@ -212,7 +212,7 @@ def render_client(fields: Sequence[Field] = FIELDS,
                    "nor free capacity.", map(_nullable, gpu_fields)),
     ]
     header = (f'"""The pool summary\'s objects as the typed client parses them. Rendered from\n'
-              f'bridge/fields.py by `make generate` ({COMMAND}):\n'
+              f'contract/fields.py by `make generate` ({COMMAND}):\n'
               'edit fields.py, not this file."""\n\n'
               "from __future__ import annotations\n\n"
               "from dataclasses import dataclass\n\n"
@@ -230,7 +230,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Render the summary's JSON Schema, the typed "
                                 "client's dataclasses and the load report's JSON Schema "
-                                "from bridge/fields.py.")
+                                "from contract/fields.py.")
     p.add_argument("--write", type=Path, nargs="+", required=True,
                    help=f"the files to write, known by name: {', '.join(RENDERERS)}")
     paths: list[Path] = p.parse_args(argv).write
