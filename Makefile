@@ -98,7 +98,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # Installs only what is missing; PROMETHEUS_BIN / PROMTOOL_BIN / ALERTMANAGER_BIN /
-# AMTOOL_BIN override PATH (tests/support/prometheus.py, binary()).
+# AMTOOL_BIN override PATH (harness/prometheus.py, binary()).
 system-deps:
 	@missing=""; \
 	[ -x "$$(command -v $${PROMETHEUS_BIN:-prometheus})" ] || missing="$$missing prometheus"; \

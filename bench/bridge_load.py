@@ -61,14 +61,14 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.rollup_target import rollup_target
 from bench.scheduler_bridge import ROUTE, bridge_process, wait_for_series, written_by_rules
 from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import (
+from harness.prometheus import (
     Prometheus,
     running_prometheus,
     scrape_config,
 )
+from harness.rollup_target import rollup_target
 
 REQUEST_TIMEOUT_S = 10.0
 # The paced clients' target for an answer from memory: no full read on its way.

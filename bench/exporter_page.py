@@ -16,10 +16,10 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from harness.fake_gpus import three_gpus
 from poolscope.exporters.common.exposition import OPENMETRICS, TEXT
 from poolscope.exporters.instance.server import PAGE_KEY, make_app
 from poolscope.exporters.instance.service import InstanceExporter, Settings
-from tests.instance.fakes import three_gpus
 
 
 async def measure(calls: int) -> list[tuple[str, float, int]]:

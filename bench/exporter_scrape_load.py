@@ -35,8 +35,8 @@ import aiohttp
 import psutil
 
 from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import free_port, stop_group, wait_http
-from tests.support.static_http import serving_fixture
+from harness.prometheus import free_port, stop_group, wait_http
+from harness.static_http import serving_fixture
 
 WARM_UP_S = 3.0  # first samples, imports and connections before the window opens
 CPU_BUDGET_PERCENT = 1.0

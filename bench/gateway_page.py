@@ -18,11 +18,11 @@ import threading
 import time
 import urllib.request
 
+from harness.commands import command_process
+from harness.gateway_pages import fixture_text, many_endpoints
+from harness.prometheus import free_port, wait_http
+from harness.static_http import serving
 from poolscope.service.argtypes import positive_float, positive_int
-from tests.proxy.gateway_pages import fixture_text, many_endpoints
-from tests.support.commands import command_process
-from tests.support.prometheus import free_port, wait_http
-from tests.support.static_http import serving
 
 WATCH_S = 15.0
 HEALTHZ_EVERY_S = 0.1

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import free_port, stop_group, wait_http
-from tests.support.static_http import serving_fixture
+from harness.prometheus import free_port, stop_group, wait_http
+from harness.static_http import serving_fixture
 
 
 @dataclass

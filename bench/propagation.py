@@ -45,11 +45,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.teardown import unwind_on_sigterm
 from deploy.demo.cluster import Cluster, Pool
+from harness.cluster import demo_cluster
+from harness.prometheus import RULE_FILES
+from harness.stacks import federation, scheduler_bridge, victoria_metrics
 from poolscope.contract.catalog import PROXY_INSTANCE_INFLIGHT
 from poolscope.contract.fields import FIELDS
-from tests.scale.stacks import federation, scheduler_bridge, victoria_metrics
-from tests.support.cluster import demo_cluster
-from tests.support.prometheus import RULE_FILES
 
 BACKENDS = ("single", "federated", "victoria")
 TOKENS_PER_SECOND = 50.0  # the engine simulator's default decode speed

@@ -47,7 +47,7 @@ from bench.rules_eval import (
     warm_fleet,
 )
 from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import Prometheus, stop_group
+from harness.prometheus import Prometheus, stop_group
 
 ALLOCATED = "go_memstats_alloc_bytes_total"
 BASELINE = "vector(0)"

@@ -55,7 +55,7 @@ import psutil
 import yaml
 
 from bench.teardown import unwind_on_sigterm
-from tests.support.prometheus import (
+from harness.prometheus import (
     REPO,
     Prometheus,
     free_port,

@@ -43,17 +43,17 @@ import aiohttp
 import psutil
 
 from bench.checkouts import import_root, module_name
-from bench.rollup_target import Series, rollup_target, series
 from bench.teardown import unwind_on_sigterm
-from poolscope.bridge.queries import FLEET_EVALUATED_QUERY, FLEET_SERIES, SNAPSHOT_QUERY
-from poolscope.contract.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
-from tests.support.prometheus import (
+from harness.prometheus import (
     REPO,
     free_port,
     running_prometheus,
     scrape_config,
     wait_http,
 )
+from harness.rollup_target import Series, rollup_target, series
+from poolscope.bridge.queries import FLEET_EVALUATED_QUERY, FLEET_SERIES, SNAPSHOT_QUERY
+from poolscope.contract.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
 
 ROUTE = "/debug/proxy_pool_resources"
 WARM_UP = 2  # moves of the rollups not measured

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import aiohttp
 
 from bench.scheduler_bridge import fleet
+from harness.canned_prometheus import CannedPrometheus, RangeSeries
 from poolscope.bridge.promapi import PrometheusAPI
 from poolscope.bridge.queries import EVERY_POOL_EVALUATED, read_snapshot
 from poolscope.bridge.trends import (
@@ -44,7 +45,6 @@ from poolscope.scheduler_bridge.client import BridgeSnapshot, parse_pool
 from poolscope.scheduler_bridge.status.chart import trend_svg
 from poolscope.scheduler_bridge.status.model import build_view
 from poolscope.scheduler_bridge.status.page import render_body
-from tests.scheduler_bridge.canned import CannedPrometheus, RangeSeries
 
 
 def trend_matrix(pool_ids: Sequence[str], now: float) -> list[RangeSeries]:

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import settings
 
 from deploy.demo.processes import PORT_RANGE_ENV, ProcessGroup
+from harness.cluster import demo_cluster
+from harness.commands import command_process
+from harness.prometheus import binary, running_prometheus
 from tests.support.alertmanager import running_alertmanager
 from tests.support.chromium import chromium
-from tests.support.cluster import demo_cluster
-from tests.support.commands import command_process
-from tests.support.prometheus import binary, running_prometheus
 
 settings.register_profile("poolscope", deadline=None)
 settings.load_profile("poolscope")

@@ -83,18 +83,21 @@ def test_no_import_cycle() -> None:
     assert cycles == []
 
 
-@pytest.mark.parametrize("top", ["tests", "bench", "deploy", "dashboards", "rules", *PACKAGES])
+def _absolute_imports(path: Path) -> list[str]:
+    """The module each absolute `import` / `from ... import` statement in `path` names."""
+    return [name for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom)
+                         and node.level == 0 else [])]
+
+
+@pytest.mark.parametrize("top", ["tests", "harness", "bench", "deploy", "dashboards", "rules",
+                                 *PACKAGES])
 def test_no_module_is_imported_by_its_checkout_name(top: str) -> None:
     """`exporters.x` and `poolscope.exporters.x` would be two copies of one module, each
     with its own state; everything is imported under the installed name."""
-    stray = []
-    for path in (ROOT / top).rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom)
-                     and node.level == 0 else [])
-            stray += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                      if n.split(".")[0] in OLD_TOP_LEVEL]
+    stray = [f"{path.relative_to(ROOT)}: {name}" for path in (ROOT / top).rglob("*.py")
+             for name in _absolute_imports(path) if name.split(".")[0] in OLD_TOP_LEVEL]
     assert stray == []
 
 
@@ -102,9 +105,30 @@ def test_no_command_runs_a_module_by_its_checkout_name() -> None:
     pattern = re.compile(r"-m[\"',\s]+(?:" + "|".join(OLD_TOP_LEVEL) + r")\b")
     stray = [f"{path.relative_to(ROOT)}: {m.group(0)}"
              for path in [ROOT / "Makefile", ROOT / "README.md",
-                          *(p for top in ("tests", "bench", "deploy", "dashboards", "docs",
-                                          *PACKAGES)
+                          *(p for top in ("tests", "harness", "bench", "deploy", "dashboards",
+                                          "docs", *PACKAGES)
                             for p in (ROOT / top).rglob("*")
                             if p.suffix in (".py", ".md", ".yml", ".yaml", ".service"))]
              for m in pattern.finditer(path.read_text())]
     assert stray == []
+
+
+# The folders that are not installed, and which of each other each may import (all may
+# import poolscope). tests/ may import anything; nothing imports tests/ back, so the
+# code the benchmarks and the demo run is never a test's helper.
+CHECKOUT_ALLOWED = {
+    "dashboards": set(),
+    "rules": {"dashboards"},  # `make generate` renders the dashboards beside the rules
+    "deploy": {"dashboards"},  # the demo serves the console it is drawn from
+    "harness": {"deploy"},  # starts the demo's processes
+    "bench": {"harness", "deploy", "dashboards", "rules"},
+}
+CHECKOUT_TOPS = ("tests", *CHECKOUT_ALLOWED)
+
+
+@pytest.mark.parametrize("top", sorted(CHECKOUT_ALLOWED))
+def test_checkout_folders_import_only_what_they_may(top: str) -> None:
+    wrong = [f"{path.relative_to(ROOT)}: {name}" for path in (ROOT / top).rglob("*.py")
+             for name in _absolute_imports(path)
+             if name.split(".")[0] in {*CHECKOUT_TOPS} - {top, *CHECKOUT_ALLOWED[top]}]
+    assert wrong == []

@@ -18,8 +18,8 @@ from pathlib import Path
 from bench.fleet_members import start_instance_exporter
 from deploy.demo.cluster import Pool
 from deploy.demo.processes import Child, ProcessGroup
-from tests.live import llama_server
-from tests.live.tiny_model import write_tiny_llama
+from harness import llama_server
+from harness.tiny_model import write_tiny_llama
 
 POOL = "router-models"
 SLOTS = 2

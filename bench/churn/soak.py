@@ -36,8 +36,8 @@ from bench.churn.verdict import (
 )
 from deploy.demo.cluster import prometheus_config, start_proxy_bridges
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
+from harness.stacks import start_prometheus
 from poolscope.contract.thresholds import MEMBER_MEMORY
-from tests.scale.stacks import start_prometheus
 
 CHURN_POOL_INSTANCES = 2  # members of each short-lived pool
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}

@@ -22,8 +22,8 @@ from bench.fleet_members import start_instance_exporter, start_proxy, start_sim_
 from dashboards import console_flags
 from deploy.demo.cluster import Pool, prometheus_binary, prometheus_config
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
-from tests.live import llama_server
-from tests.live.tiny_model import write_tiny_llama
+from harness import llama_server
+from harness.tiny_model import write_tiny_llama
 
 # The demo Proxy's request path; its queue timeout is long enough that a refusal is the
 # policy's doing (a line full), not the timeout's.

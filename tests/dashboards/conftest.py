@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from deploy.demo.cluster import Cluster
-from tests.support.cluster import demo_cluster
-from tests.support.prometheus import Prometheus
+from harness.cluster import demo_cluster
+from harness.prometheus import Prometheus
 
 PROXY_IDS = frozenset({"pool-1", "pool-2"})
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from dashboards import CONSOLE_PATH
+from harness.prometheus import Prometheus
 from poolscope.contract import catalog
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.console_page import pool_rows
 from tests.support.chromium import chromium
-from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 

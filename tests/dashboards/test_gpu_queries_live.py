@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from deploy.demo.cluster import Cluster
+from harness.cluster import demo_cluster
+from harness.polling import eventually
+from harness.prometheus import Prometheus
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.panels import DASHBOARD_FILES, Query, load, panels, queries
 from tests.reliability.stack import fetch_json
-from tests.support.cluster import demo_cluster
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 

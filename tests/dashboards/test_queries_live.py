@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from dashboards import HERE
+from harness.prometheus import Prometheus
 from tests.dashboards.conftest import PROXY_IDS
 from tests.dashboards.panels import DASHBOARD_FILES, Query, load, panels, queries, variable_queries
-from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 

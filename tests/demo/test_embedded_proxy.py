@@ -22,7 +22,7 @@ from deploy.demo import embedded_proxy
 from deploy.demo.engine_sim import SimulatedEngine, start
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
 from deploy.demo.sim_scheduler import EngineConfig
-from tests.support.polling import eventually
+from harness.polling import eventually
 
 POOL = "pool-e"
 CAPACITY = 4

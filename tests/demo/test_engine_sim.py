@@ -30,8 +30,8 @@ from deploy.demo import engine_sim, sim_registration
 from deploy.demo.engine_sim import SimulatedEngine, estimate_prompt_tokens, start
 from deploy.demo.sim_registration import Registrar, RegistrationConfig
 from deploy.demo.sim_scheduler import EngineConfig
-from tests.support import polling
-from tests.support.prometheus import free_port
+from harness import polling
+from harness.prometheus import free_port
 
 MODEL = "sim-test"
 PROMPT_10_TOKENS = "x" * 40

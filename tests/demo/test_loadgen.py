@@ -29,7 +29,7 @@ from deploy.demo.load_arrivals import BurstSpec, arrival_times
 from deploy.demo.load_report import LoadReport, TargetReport, percentile
 from deploy.demo.loadgen import run_load
 from deploy.demo.sim_scheduler import EngineConfig
-from tests.support.prometheus import free_port
+from harness.prometheus import free_port
 
 
 def within(observed: float, expected: float, sds: float = 4.0) -> bool:

@@ -17,9 +17,9 @@ from deploy.demo.gpu_exporter import (
     gpus_of,
     read_engine,
 )
+from harness.static_http import FIXTURES, serving
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from tests.support.clock import Clock
-from tests.support.static_http import FIXTURES, serving
 
 IDS = {"proxy_id": "pool-1", "instance_id": "pool-1-inst-1", "source": "nvml"}
 H100 = "NVIDIA H100 80GB HBM3"

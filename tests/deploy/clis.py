@@ -14,11 +14,11 @@ import tomllib
 from collections.abc import Callable, Sequence
 from contextlib import redirect_stderr
 
+from harness.prometheus import REPO
 from poolscope.exporters.instance.config import parse as parse_instance_exporter
 from poolscope.proxy_bridge.__main__ import build_parser as proxy_bridge_parser
 from poolscope.scheduler_bridge.__main__ import build_parser as scheduler_bridge_parser
 from poolscope.service.argtypes import UsageError
-from tests.support.prometheus import REPO
 
 
 class BadArguments(AssertionError):

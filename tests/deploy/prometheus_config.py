@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.prometheus import REPO
+from harness.prometheus import REPO
 
 CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 # The jobs that scrape exporters, and the identity labels their targets carry.

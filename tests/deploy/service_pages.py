@@ -18,6 +18,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from harness.canned_prometheus import CannedPrometheus, pool_series
+from harness.fake_gpus import three_gpus
+from harness.static_http import serving, serving_fixture
 from poolscope.bridge.app import Settings
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
 from poolscope.exporters.instance import server as instance_server
@@ -31,11 +34,8 @@ from poolscope.exporters.proxy.gateways.pool import Pools
 from poolscope.proxy_bridge.app import create_app as proxy_bridge_app
 from poolscope.scheduler_bridge.app import create_app as scheduler_bridge_app
 from poolscope.service.web import Exposure
-from tests.instance.fakes import three_gpus
 from tests.proxy_bridge.pool_data import CannedPool
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 from tests.scheduler_bridge.conftest import FakeClock
-from tests.support.static_http import serving, serving_fixture
 
 Client = TestClient[Any, Any]
 GATEWAY_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.polling import eventually
+from harness.prometheus import REPO, RULE_FILES, binary
 from tests.support.alertmanager import EXAMPLE, running_alertmanager
-from tests.support.polling import eventually
-from tests.support.prometheus import REPO, RULE_FILES, binary
 
 RECEIVERS = {"critical": "page", "warning": "ticket", "info": "low-noise", "none": "watchdog"}
 WATCHDOG = "PoolscopeWatchdog"

@@ -30,6 +30,7 @@ from typing import Any, TypedDict
 
 import pytest
 
+from harness.prometheus import REPO
 from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.sampling import sample_interval
 from poolscope.scheduler_bridge.status.cli import watch_interval
@@ -46,7 +47,6 @@ from poolscope.service.argtypes import (
 from poolscope.service.logs import log_level
 from poolscope.service.web import telemetry_path
 from tests.deploy.clis import console_scripts
-from tests.support.prometheus import REPO
 
 BAD: dict[Callable[[str], Any], tuple[str, ...]] = {
     positive_float: ("0", "-1", "nan", "inf", "soon"),

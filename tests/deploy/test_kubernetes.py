@@ -27,9 +27,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from harness.prometheus import REPO
 from tests.deploy import prometheus_config
 from tests.deploy.clis import check_command, console_scripts
-from tests.support.prometheus import REPO
 
 KUBE_DIR = REPO / "deploy" / "kubernetes"
 MANIFESTS = sorted(KUBE_DIR.rglob("*.yaml"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from deploy.kubernetes import generate
-from tests.support.prometheus import REPO, binary
+from harness.prometheus import REPO, binary
 
 COMMITTED = REPO / "deploy" / "kubernetes" / "prometheusrule.yaml"
 RULE_FILES = sorted((REPO / "rules").glob("*.yml"))

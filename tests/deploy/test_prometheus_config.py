@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from deploy.demo.cluster import prometheus_config
+from harness.prometheus import RULE_FILES, binary
 from poolscope.contract.catalog import all_families
 from tests.deploy.prometheus_config import (
     CONFIG,
@@ -22,7 +23,6 @@ from tests.deploy.prometheus_config import (
     sd_files,
     seconds,
 )
-from tests.support.prometheus import RULE_FILES, binary
 from tests.support.rules import fresh_threshold_s
 
 # Scrapes a host sample may miss before the rules call it stale.

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from deploy.demo.processes import ProcessGroup, wait_ready
+from harness.prometheus import Prometheus, free_port, running_prometheus
 from tests.deploy.prometheus_config import load, resolve
-from tests.support.prometheus import Prometheus, free_port, running_prometheus
 
 pytestmark = pytest.mark.integration
 

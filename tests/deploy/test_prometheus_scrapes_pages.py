@@ -11,10 +11,10 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from harness.prometheus import Prometheus, running_prometheus, scrape_config
 from poolscope.contract import catalog
 from poolscope.service import build
 from tests.deploy.service_pages import PAGES, SERVICES, serving_page
-from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
 
 
 def metadata(prom: Prometheus, metric: str) -> list[dict[str, Any]]:

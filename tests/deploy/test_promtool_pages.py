@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
+from harness.prometheus import binary
 from tests.deploy.service_pages import PAGES, fetch, serving_page
-from tests.support.prometheus import binary
 
 
 def promtool_check_metrics(page: str) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.prometheus import REPO
 from poolscope.service.argtypes import ServiceParser, env_name
 from tests.deploy.clis import check_command, console_scripts
 from tests.deploy.test_console_flags import parser_of
@@ -21,7 +22,6 @@ from tests.deploy.unit_files import (
     parse_unit,
     referenced_variables,
 )
-from tests.support.prometheus import REPO
 
 SYSTEMD_DIR = REPO / "deploy" / "systemd"
 UNITS = sorted(SYSTEMD_DIR.glob("*.service"))

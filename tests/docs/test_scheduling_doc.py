@@ -14,11 +14,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from harness.polling import until
+from harness.prometheus import free_port
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
 from poolscope.scheduler_bridge.picker import Basis, PoolPicker
-from tests.support.polling import until
-from tests.support.prometheus import free_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scheduling.md"
 

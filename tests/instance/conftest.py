@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from harness.fake_gpus import FakeNvml, three_gpus
 from poolscope.exporters.instance.gpu import GpuReader
 from poolscope.exporters.instance.service import InstanceExporter, Settings
-from tests.instance.fakes import FakeNvml, three_gpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from harness.fake_gpus import FakePsutil, NicIo, cpu
 from poolscope.exporters.instance.host import HostReader
 from tests.instance.conftest import EngineServer, MakeExporter
-from tests.instance.fakes import FakePsutil, NicIo, cpu
 
 
 def _router_page(models: dict[str, int]) -> str:

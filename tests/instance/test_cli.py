@@ -10,12 +10,12 @@ import urllib.request
 
 import pytest
 
+from harness.commands import command_process
+from harness.polling import eventually
+from harness.prometheus import free_port, wait_http
 from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.instance.config import parse
 from poolscope.service.argtypes import UsageError
-from tests.support.commands import command_process
-from tests.support.polling import eventually
-from tests.support.prometheus import free_port, wait_http
 
 BASE = ["--instance-id", "i-1", "--proxy-id", "p-1"]
 

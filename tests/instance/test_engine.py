@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiohttp import web
 
+from harness.prometheus import free_port
 from poolscope.contract import catalog
 from poolscope.contract.thresholds import KV_FULL, WAITING_Q
 from poolscope.exporters.common.fetch import MAX_PAGE_BYTES
@@ -25,7 +26,6 @@ from tests.instance.conftest import (
     labels,
     names,
 )
-from tests.support.prometheus import free_port
 
 ENGINE_SERIES = {
     "poolscope_engine_requests_running", "poolscope_engine_requests_waiting",

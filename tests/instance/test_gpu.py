@@ -15,17 +15,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import fake_gpus
+from harness.fake_gpus import FakeGpu, FakeNvml, three_gpus
+from harness.polling import until
 from poolscope.contract import catalog
 from poolscope.exporters.common.exposition import RoundCache
 from poolscope.exporters.common.health import ErrorReason, UnavailableReason
 from poolscope.exporters.common.sampling import SampleError, Unavailable
 from poolscope.exporters.instance import gpu as gpu_module
 from poolscope.exporters.instance.gpu import GpuReader
-from tests.instance import fakes
 from tests.instance.conftest import MakeExporter, health, labels, names
-from tests.instance.fakes import FakeGpu, FakeNvml, three_gpus
 from tests.support.clock import Clock
-from tests.support.polling import until
 
 GPU_USAGE = {"poolscope_gpu_utilization_ratio", "poolscope_gpu_memory_used_bytes",
              "poolscope_gpu_memory_total_bytes", "poolscope_gpu_power_watts",
@@ -87,8 +87,8 @@ async def test_one_gpu_failing_mid_run_goes_unhealthy_and_the_others_continue(
 GPU_HEALTH_FAMILIES = ("poolscope_collector_success", "poolscope_collector_duration_seconds",
                        "poolscope_collector_last_success_timestamp_seconds",
                        "poolscope_collector_sample_age_seconds", "poolscope_collector_errors_total")
-NO_DRIVER = [(fakes.NVML_ERROR_LIBRARY_NOT_FOUND, "no_nvml_library"),
-             (fakes.NVML_ERROR_DRIVER_NOT_LOADED, "driver_not_loaded")]
+NO_DRIVER = [(fake_gpus.NVML_ERROR_LIBRARY_NOT_FOUND, "no_nvml_library"),
+             (fake_gpus.NVML_ERROR_DRIVER_NOT_LOADED, "driver_not_loaded")]
 
 
 def gpu_series(registry: CollectorRegistry) -> set[str]:
@@ -130,7 +130,8 @@ async def test_a_host_without_a_driver_says_so_once(make_exporter: MakeExporter,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Reported once, at INFO: it is how the host is, not news every second."""
     caplog.set_level(logging.INFO, logger="poolscope.exporters.common.sampling")
-    exporter, _ = make_exporter(nvml=FakeNvml([], init_error=fakes.NVML_ERROR_LIBRARY_NOT_FOUND))
+    no_library = fake_gpus.NVML_ERROR_LIBRARY_NOT_FOUND
+    exporter, _ = make_exporter(nvml=FakeNvml([], init_error=no_library))
     for _ in range(5):
         await exporter.loop.sample_all()
     said = [r for r in caplog.records if "collector gpu" in r.getMessage()]
@@ -140,10 +141,10 @@ async def test_a_host_without_a_driver_says_so_once(make_exporter: MakeExporter,
 
 @pytest.mark.parametrize(("code", "gpu_collector"), [
     # The host has a driver, so most likely GPUs that nobody measures.
-    (fakes.NVML_ERROR_NO_PERMISSION, None),
-    (fakes.NVML_ERROR_LIB_RM_VERSION_MISMATCH, None),
+    (fake_gpus.NVML_ERROR_NO_PERMISSION, None),
+    (fake_gpus.NVML_ERROR_LIB_RM_VERSION_MISMATCH, None),
     # No driver, but --collector.gpu says GPUs are expected.
-    (fakes.NVML_ERROR_LIBRARY_NOT_FOUND, True),
+    (fake_gpus.NVML_ERROR_LIBRARY_NOT_FOUND, True),
 ], ids=["no-permission", "version-mismatch", "gpus-asked-for"])
 async def test_a_driver_nvml_refuses_or_gpus_asked_for_make_a_failure(
         make_exporter: MakeExporter, code: int, gpu_collector: bool | None) -> None:
@@ -169,7 +170,7 @@ async def test_a_driver_with_no_gpu_is_a_measured_zero(make_exporter: MakeExport
 async def test_a_driver_loaded_later_is_found_at_the_next_detection(
         make_exporter: MakeExporter) -> None:
     """Detection is retried every REDETECT_S, not at every sample."""
-    nvml = FakeNvml(three_gpus().gpus, init_error=fakes.NVML_ERROR_DRIVER_NOT_LOADED)
+    nvml = FakeNvml(three_gpus().gpus, init_error=fake_gpus.NVML_ERROR_DRIVER_NOT_LOADED)
     clock = Clock()
     exporter, registry = make_exporter(gpu=GpuReader(nvml.module(), monotonic=clock))
     await exporter.loop.sample_all()
@@ -195,7 +196,7 @@ class SlowToDetect(FakeNvml):
     """A driver probe that hangs until released, as nvmlInit can on a busy host."""
 
     def __init__(self) -> None:
-        super().__init__([], init_error=fakes.NVML_ERROR_DRIVER_NOT_LOADED)
+        super().__init__([], init_error=fake_gpus.NVML_ERROR_DRIVER_NOT_LOADED)
         self.hold = threading.Event()
         self.hold.set()
         self.probing = threading.Event()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.fake_gpus import FakePsutil, NicIo, cpu
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.common.sampling import SampleError
 from poolscope.exporters.instance.host import HostReader
 from poolscope.service.identity import Identity
-from tests.instance.fakes import FakePsutil, NicIo, cpu
 
 IDS = Identity("proxy-a", "inst-1")
 

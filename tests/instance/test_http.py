@@ -9,10 +9,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.fake_gpus import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 from poolscope.contract import catalog
 from poolscope.exporters.instance.server import make_app
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text
-from tests.instance.fakes import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml
 
 NUM_OR_NULL = {"type": ["number", "null"]}
 SNAPSHOT_SCHEMA: dict[str, Any] = {

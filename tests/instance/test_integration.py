@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.polling import eventually
-from tests.support.prometheus import (
+from harness.polling import eventually
+from harness.prometheus import (
     binary,
     free_port,
     running_prometheus,
@@ -19,7 +19,7 @@ from tests.support.prometheus import (
     stop_group,
     wait_http,
 )
-from tests.support.static_http import serving_fixture
+from harness.static_http import serving_fixture
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from harness.fake_gpus import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml, three_gpus
+from harness.prometheus import binary
 from poolscope.exporters.instance.server import make_app
 from tests.instance.conftest import EngineServer, MakeExporter, fixture_text
-from tests.instance.fakes import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml, three_gpus
-from tests.support.prometheus import binary
 
 
 async def served_page(make_exporter: MakeExporter, **kwargs: object) -> str:

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from harness.polling import until
 from poolscope.contract import catalog
 from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.health import (
@@ -22,7 +23,6 @@ from poolscope.exporters.common.sampling import SampleError, SamplingLoop, Unava
 from poolscope.service.identity import Identity
 from tests.instance.conftest import MakeExporter, health
 from tests.support.clock import Clock
-from tests.support.polling import until
 
 IDS = Identity("proxy-a", "inst-1")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.fake_gpus import FakePsutil, NicIo, cpu
 from poolscope.contract import catalog
 from poolscope.contract.thresholds import RATE_WINDOW_S
 from poolscope.exporters.common.window_rate import WindowRate
@@ -13,7 +14,6 @@ from poolscope.exporters.instance.engine import EngineSample
 from poolscope.exporters.instance.host import HostReader
 from poolscope.exporters.instance.success_rate import SuccessRate
 from poolscope.service.identity import Identity
-from tests.instance.fakes import FakePsutil, NicIo, cpu
 
 IDS = Identity("proxy-a", "inst-1")
 

@@ -38,6 +38,15 @@ import pytest
 import yaml
 
 from deploy.demo.processes import ProcessGroup, wait_ready
+from harness.polling import eventually
+from harness.prometheus import (
+    REPO,
+    RULE_FILES,
+    Prometheus,
+    free_port,
+    running_prometheus,
+    scrape_config,
+)
 from rules.render import current, substitute
 from tests.support.alertmanager import (
     EXAMPLE,
@@ -47,15 +56,6 @@ from tests.support.alertmanager import (
     as_example,
     running_alertmanager,
     webhook_receiver,
-)
-from tests.support.polling import eventually
-from tests.support.prometheus import (
-    REPO,
-    RULE_FILES,
-    Prometheus,
-    free_port,
-    running_prometheus,
-    scrape_config,
 )
 
 pytestmark = pytest.mark.integration

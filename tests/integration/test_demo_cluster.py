@@ -15,10 +15,10 @@ import jsonschema
 import pytest
 
 from deploy.demo.cluster import Cluster
+from harness.cluster import demo_cluster
+from harness.polling import eventually
+from harness.prometheus import Prometheus
 from poolscope.contract.fields import FIELDS
-from tests.support.cluster import demo_cluster
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from deploy.demo.processes import Child, port_or_free, stop_group
+from harness.polling import eventually
+from harness.prometheus import Prometheus, running_prometheus, scrape_config
+from harness.static_http import Page, serving
 from tests.reliability.stack import Launcher, Pool, fetch, fetch_json
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
-from tests.support.static_http import Page, serving
 
 pytestmark = pytest.mark.integration
 

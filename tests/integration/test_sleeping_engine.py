@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from harness.polling import eventually
+from harness.prometheus import running_prometheus, scrape_config
 from tests.reliability.stack import Launcher, Pool, fetch_json
-from tests.support.polling import eventually
-from tests.support.prometheus import running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
-from tests.live import llama_server
+from harness import llama_server
+from harness.polling import eventually
+from harness.tiny_model import write_tiny_llama
 from tests.live.test_llamacpp import N_PREDICT, REQUESTS, SLOT_CONTEXT, SLOTS
-from tests.live.tiny_model import write_tiny_llama
-from tests.support.polling import eventually
 
 
 def _busy(text: str) -> bool:

@@ -20,10 +20,10 @@ import urllib.error
 from pathlib import Path
 
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
-from tests.live import llama_server
+from harness import llama_server
+from harness.polling import eventually
+from harness.tiny_model import write_tiny_llama
 from tests.live.test_llamacpp import SLOT_CONTEXT, SLOTS
-from tests.live.tiny_model import write_tiny_llama
-from tests.support.polling import eventually
 
 MODEL = "tiny"
 N_PREDICT = 20

@@ -31,12 +31,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.demo.processes import port_or_free, wait_ready
-from tests.live import llama_server
-from tests.live.llama_server import LlamaView
-from tests.live.tiny_model import write_tiny_llama
+from harness import llama_server
+from harness.llama_server import LlamaView
+from harness.polling import eventually
+from harness.prometheus import Prometheus, running_prometheus, scrape_config
+from harness.tiny_model import write_tiny_llama
 from tests.reliability.stack import Launcher, fetch, fetch_json
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration
 

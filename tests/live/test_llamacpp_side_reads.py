@@ -28,7 +28,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.demo.processes import port_or_free, wait_ready
-from tests.live import llama_server
+from harness import llama_server
+from harness.tiny_model import write_tiny_llama
 from tests.live.test_llamacpp import (
     N_PREDICT,
     POOL,
@@ -40,7 +41,6 @@ from tests.live.test_llamacpp import (
     tiny_llama_server,
 )
 from tests.live.test_llamacpp import _wait as wait_for
-from tests.live.tiny_model import write_tiny_llama
 from tests.reliability.stack import Launcher, fetch
 
 pytestmark = pytest.mark.integration

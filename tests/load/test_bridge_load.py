@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.bridge_load import Result, Shape, run, side_by_side
-from tests.support.prometheus import REPO
+from harness.prometheus import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from bench.churn.report import failures
 from bench.churn.soak import Settings, run
 from bench.churn.verdict import FLEET, MEMBERS_ALIVE, MEMBERS_EVER, judge
 from bench.churn_soak import parse_args
-from tests.live import llama_server
+from harness import llama_server
 from tests.support.flags import refused
 
 pytestmark = pytest.mark.integration

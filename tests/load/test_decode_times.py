@@ -7,8 +7,8 @@ import re
 import aiohttp
 
 from bench.scheduling.decode_times import SECONDS, TOKENS, WINDOW_S, DecodeTimes
+from harness.static_http import FIXTURES, Page, serving
 from tests.support.clock import Clock
-from tests.support.static_http import FIXTURES, Page, serving
 
 LLAMA = (FIXTURES / "llamacpp.txt").read_text()
 SIM = (FIXTURES / "vllm.txt").read_bytes()  # a page without llama.cpp's counters

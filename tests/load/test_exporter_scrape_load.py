@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.exporter_scrape_load import exporter_process, scrape_at_rate
+from harness.polling import eventually
+from harness.static_http import serving_fixture
 from poolscope.contract import catalog
-from tests.support.polling import eventually
-from tests.support.static_http import serving_fixture
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from deploy.demo.proxy import EXPORTER, create_app
 from deploy.demo.proxy_chat import PathConfig
+from harness.polling import until
 from poolscope.exporters.proxy import ProxyExporter
-from tests.support.polling import until
 
 PROXY_ID = "proxy-test"
 HOLD = "hold"  # a message with this content makes the fake engine wait for release()

@@ -17,20 +17,20 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from poolscope.exporters.proxy.__main__ import DEFAULT_LISTEN, parse
-from poolscope.scheduler_bridge.load_report import receive_report
-from poolscope.service.argtypes import UsageError
-from tests.proxy.gateway_pages import (
+from harness.commands import command_process
+from harness.gateway_pages import (
     LLM_D,
     LLM_D_POOL,
     fixture_text,
     many_endpoints,
     without_families,
 )
-from tests.support.commands import command_process
-from tests.support.polling import eventually
-from tests.support.prometheus import free_port, wait_http
-from tests.support.static_http import Page, serving
+from harness.polling import eventually
+from harness.prometheus import free_port, wait_http
+from harness.static_http import Page, serving
+from poolscope.exporters.proxy.__main__ import DEFAULT_LISTEN, parse
+from poolscope.scheduler_bridge.load_report import receive_report
+from poolscope.service.argtypes import UsageError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
 URL = "http://router.example:9090/metrics"

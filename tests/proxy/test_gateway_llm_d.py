@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
 from poolscope.exporters.common.health import ErrorReason
 from poolscope.exporters.proxy.gateways.pool import Pools
-from tests.proxy.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
 from tests.proxy.test_gateways import (
     assert_reading,
     fixture_truth,

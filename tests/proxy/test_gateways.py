@@ -19,6 +19,8 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from harness.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
+from harness.prometheus import free_port
 from poolscope.contract import catalog as c
 from poolscope.contract.thresholds import FRESH_S
 from poolscope.exporters.common.health import ErrorReason
@@ -35,8 +37,6 @@ from poolscope.exporters.proxy.gateways import GATEWAYS
 from poolscope.exporters.proxy.gateways.pool import PoolReading, Pools
 from poolscope.service.argtypes import UsageError
 from tests.proxy.conftest import until
-from tests.proxy.gateway_pages import LLM_D, LLM_D_POOL, fixture_text, without_families
-from tests.support.prometheus import free_port
 
 # The endpoint picker's pages: the llm-d router's (both its generations of names),
 # then GIE's v1.5.0 and v1.0.2.

@@ -13,8 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.proxy.conftest import FakeEngine
-from tests.support.prometheus import (
+from harness.prometheus import (
     REPO,
     free_port,
     running_prometheus,
@@ -22,6 +21,7 @@ from tests.support.prometheus import (
     stop_group,
     wait_http,
 )
+from tests.proxy.conftest import FakeEngine
 
 pytestmark = pytest.mark.integration
 

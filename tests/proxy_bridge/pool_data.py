@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from harness.canned_prometheus import CannedPrometheus, Series, series
 from poolscope.bridge.local_queries import (
     FRESHNESS_RULE,
     SEEN_RULE,
     LocalQueries,
 )
 from poolscope.contract import catalog as c
-from tests.scheduler_bridge.canned import CannedPrometheus, Series, series
 
 GiB = 2.0**30
 PER_INSTANCE = (FRESHNESS_RULE, SEEN_RULE)

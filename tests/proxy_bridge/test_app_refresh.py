@@ -4,11 +4,11 @@ the Proxy-local series again."""
 
 from __future__ import annotations
 
+from harness.canned_prometheus import pool_series
 from poolscope.bridge.promql import scoped
 from poolscope.bridge.queries import EVALUATED_QUERY
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import pool_series
 from tests.scheduler_bridge.conftest import FakeClock
 
 PROBES = "poolscope_proxy_bridge_probes_total"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.canned_prometheus import Series, pool_series
 from poolscope.contract.fields import FIELDS
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import Series, pool_series
 
 SOURCES = "/debug/pool_resource_sources"
 NULL = ("load.capacity", "load.load_ratio")

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from harness.canned_prometheus import Series, pool_series, series
 from poolscope.bridge.local_queries import FRESHNESS_RULE
 from poolscope.contract import catalog as c
 from poolscope.contract.fields import FIELDS
 from poolscope.contract.thresholds import FRESH_S, MEMBER_MEMORY, RATE_EDGE_S, RATE_WINDOW_S
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import Series, pool_series, series
 
 SOURCES = "/debug/pool_resource_sources"
 ROLLUP = {f.path: f.rollup for f in FIELDS}

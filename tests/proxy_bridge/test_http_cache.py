@@ -9,9 +9,9 @@ import aiohttp
 import orjson
 import pytest
 
+from harness.canned_prometheus import pool_series
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import pool_series
 from tests.scheduler_bridge.conftest import FakeClock
 
 ROUTES = ("/debug/pool_resource", "/debug/pool_resource?detail=local",

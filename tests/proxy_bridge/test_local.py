@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.canned_prometheus import pool_series
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import (
     PER_INSTANCE,
@@ -13,7 +14,6 @@ from tests.proxy_bridge.pool_data import (
     queue_wait,
     raw_series,
 )
-from tests.scheduler_bridge.canned import pool_series
 from tests.scheduler_bridge.conftest import FakeClock
 
 LOCAL = "/debug/pool_resource?detail=local"

@@ -12,14 +12,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from deploy.demo.cluster import Cluster
+from harness.cluster import demo_cluster
+from harness.prometheus import Prometheus
 from poolscope.bridge.app import Settings
 from poolscope.contract.catalog import HOST_NETWORK_RECEIVE, HOST_NETWORK_TRANSMIT
 from poolscope.proxy_bridge.app import create_app
 from poolscope.scheduler_bridge.app import create_app as scheduler_app
 from tests.proxy_bridge.conftest import Serve
 from tests.scheduler_bridge.conftest import FakeClock
-from tests.support.cluster import demo_cluster
-from tests.support.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 POOL = "pool-1"

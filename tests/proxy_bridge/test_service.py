@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.canned_prometheus import pool_series
 from poolscope.bridge.app import Settings
 from poolscope.bridge.local_queries import LocalQueries
 from poolscope.bridge.promql import InvalidProxyId, scoped, string_literal, validate_proxy_id
@@ -20,7 +21,6 @@ from poolscope.service.identity import ID
 from poolscope.service.web import Exposure
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import pool_series
 from tests.scheduler_bridge.conftest import FakeClock
 
 HOSTILE = ['a",__name__=~".+', 'a"} or vector(1) #', "a\\", 'x"', "a\nb", "a{b}", "a b",

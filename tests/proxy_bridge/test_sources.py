@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from harness.canned_prometheus import pool_series, series
 from poolscope.bridge.local_queries import LocalSamples
 from poolscope.bridge.local_view import LocalView
 from poolscope.contract import catalog as c
@@ -15,7 +16,6 @@ from poolscope.proxy_bridge import diagnosis
 from poolscope.proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import pool_series, series
 from tests.support.rules import fresh_threshold_s
 
 SOURCES = "/debug/pool_resource_sources"

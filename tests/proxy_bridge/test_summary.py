@@ -7,13 +7,13 @@ import re
 
 from prometheus_client import CollectorRegistry
 
+from harness.canned_prometheus import pool_series, series
 from poolscope.bridge.app import Settings
 from poolscope.bridge.summary import build_summaries, encode_json, parse_value
 from poolscope.proxy_bridge.heartbeat import PUBLISHED_KEYS, heartbeat_payload
 from poolscope.scheduler_bridge.app import create_app as scheduler_app
 from tests.proxy_bridge.conftest import PID, MakeBridge, Serve
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import pool_series, series
 from tests.scheduler_bridge.conftest import FakeClock
 
 OTHER = "hp_127.0.0.1:8002"

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
+from harness.prometheus import Prometheus
 from poolscope.exporters.instance.server import make_app
 from poolscope.exporters.instance.service import InstanceExporter
 from poolscope.service.listener import HttpLimits, serving
-from tests.support.prometheus import Prometheus
 
 T = TypeVar("T")
 
@@ -173,7 +173,7 @@ class Launcher:
         urls = [a for b in backends for a in ("--prometheus-url", b)]
         child = self.group.start_python(
             name, "poolscope.scheduler_bridge", *urls, "--listen", f"127.0.0.1:{port}",
-            # the rules run every second here (tests/support/prometheus)
+            # the rules run every second here (harness/prometheus)
             "--cache-ttl", "0.5", "--evaluation-interval", "1",
             "--query-timeout", "1", "--log-level", "WARNING",
             # a refresh slowed by a loaded box is waited for (a failover takes up to the

@@ -21,6 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.demo.processes import Child, stop_group, wait_ready
+from harness.polling import eventually
+from harness.prometheus import Prometheus, running_prometheus, scrape_config
 from tests.reliability.stack import (
     Launcher,
     Pool,
@@ -29,8 +31,6 @@ from tests.reliability.stack import (
     restart_process,
     scalar,
 )
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
+from harness.fake_gpus import FakeGpu, FakeNvml
+from harness.polling import eventually
+from harness.prometheus import Prometheus, running_prometheus, scrape_config
 from poolscope.contract.fields import FIELDS
 from poolscope.exporters.instance.service import InstanceExporter, Settings
-from tests.instance.fakes import FakeGpu, FakeNvml
 from tests.reliability.stack import (
     InProcessExporter,
     Launcher,
@@ -35,8 +37,6 @@ from tests.reliability.stack import (
     scalar,
     vector,
 )
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus, running_prometheus, scrape_config
 from tests.support.rules import fresh_threshold_s
 
 pytestmark = pytest.mark.integration

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from harness.canned_prometheus import CannedPrometheus, pool_series
 from poolscope.bridge.app import Settings
 from poolscope.bridge.queries import FLEET_EVALUATED_QUERY, snapshot_queries
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.service.identity import valid_id
 from tests.reliability.stack import ThreadedLoop
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 
 ROUTES = ("/debug/proxy_pool_resources", "/debug/pool_resource_sources", "/healthz", "/readyz",
           "/metrics", "/v1/pool_resources/pool-1")

@@ -21,6 +21,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.fake_gpus import three_gpus
 from poolscope.bridge.summary import build_snapshot, encode_json
 from poolscope.contract.fields import FIELDS
 from poolscope.exporters.common.health import ErrorReason
@@ -32,7 +33,6 @@ from poolscope.exporters.instance.engines import MAPPINGS, EngineMapping
 from poolscope.exporters.instance.gpu import GpuIdentity, GpuReading, GpuSample
 from poolscope.exporters.instance.host import HostSample, NicCounters
 from poolscope.exporters.instance.service import InstanceExporter, Settings
-from tests.instance.fakes import three_gpus
 from tests.reliability.stack import ThreadedLoop
 
 FUZZ = settings(max_examples=300, deadline=None,

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from deploy.demo.processes import port_or_free, stop_group
+from harness.polling import eventually
 from tests.reliability.stack import self_signed_certificate
-from tests.support.polling import eventually
 
 # Real processes under floods: with the stack tests, out of `make unit`. Each test
 # times scrapes against a 2 s deadline while its flood takes what CPU it can, so it

@@ -27,6 +27,9 @@ import pytest
 from aiohttp import web
 
 from deploy.demo.processes import port_or_free, stop_group
+from harness.fake_gpus import three_gpus
+from harness.polling import eventually, until
+from harness.prometheus import running_prometheus
 from poolscope.exporters.instance.config import parse
 from poolscope.exporters.instance.server import make_app
 from poolscope.exporters.instance.service import InstanceExporter, Settings
@@ -35,10 +38,7 @@ from poolscope.service.auth import Access
 from poolscope.service.listener import HttpLimits, serving
 from poolscope.service.middleware import guarded
 from poolscope.service.web import Exposure
-from tests.instance.fakes import three_gpus
 from tests.reliability.stack import fetch, self_signed_certificate
-from tests.support.polling import eventually, until
-from tests.support.prometheus import running_prometheus
 
 TOKEN = "s3cret-t0ken"
 ADDRESS = tuple[str, int]

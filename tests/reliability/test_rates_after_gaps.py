@@ -29,8 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.support.polling import eventually
-from tests.support.prometheus import History, recording, scrape_config
+from harness.polling import eventually
+from harness.prometheus import History, recording, scrape_config
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from deploy.demo.processes import port_or_free
+from harness.commands import command_process
+from harness.polling import eventually
+from harness.prometheus import running_prometheus
 from tests.reliability.stack import self_signed_certificate
-from tests.support.commands import command_process
-from tests.support.polling import eventually
-from tests.support.prometheus import running_prometheus
 
 PASSWORD = "correct horse"
 

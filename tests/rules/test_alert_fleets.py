@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.prometheus import REPO, binary
 from poolscope.contract.catalog import ADMISSION_LEVELS, OUTCOMES
 from poolscope.contract.thresholds import ALERT_DEGRADED_S, IDLE_GPUS_S, IDLE_S
-from tests.support.prometheus import REPO, binary
 
 ALERTS = REPO / "rules" / "alerts.yml"
 WATCHDOG = {"exp_labels": {"severity": "none"}, "exp_annotations": next(

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.prometheus import REPO
 from poolscope.contract.thresholds import (
     ALERT_INTERVAL_S,
     ERROR_RATES_INTERVAL_S,
     RUNBOOK_URL,
 )
 from rules.render import duration
-from tests.support.prometheus import REPO
 
 ALERTS = REPO / "rules" / "alerts.yml"
 RUNBOOKS = REPO / "docs" / "runbooks.md"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.prometheus import REPO
 from poolscope.contract.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Field, Kind
-from tests.support.prometheus import REPO
 
 RULE_FILE = REPO / "rules" / "proxy_pool.yml"
 ELSEWHERE = "proxy_pool:not_a_field"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.prometheus import REPO
 from poolscope.contract.fields import rollup_names
-from tests.support.prometheus import REPO
 
 FLOOR = REPO / "bench" / "floor_rules" / "proxy_pool.yml"
 RECORDING_RULES = REPO / "rules" / "proxy_pool.yml"

@@ -20,12 +20,12 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
+from harness.polling import eventually
+from harness.prometheus import History, recording, scrape_config
+from harness.static_http import serving
 from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
-from tests.support.polling import eventually
-from tests.support.prometheus import History, recording, scrape_config
-from tests.support.static_http import serving
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.prometheus import REPO, binary
 from poolscope.bridge.queries import FLEET_SERIES
 from poolscope.contract.fields import FIELDS, Kind, rollup_names
-from tests.support.prometheus import REPO, binary
 
 RULES_DIR = REPO / "rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))

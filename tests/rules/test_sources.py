@@ -7,9 +7,9 @@ import re
 
 import yaml
 
+from harness.prometheus import RULE_FILES
 from poolscope.contract import catalog
 from poolscope.contract.fields import MEMBERSHIP_SOURCES
-from tests.support.prometheus import RULE_FILES
 
 RULES = {r["record"]: r["expr"] for path in RULE_FILES
          for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if "record" in r}

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from dashboards.__main__ import rendered as rendered_dashboards
+from harness.prometheus import RULE_FILES
 from poolscope.contract import thresholds
 from rules import render
-from tests.support.prometheus import RULE_FILES
 
 # Where each threshold the rules apply must reach, by record: a template that wrote
 # the number itself instead would keep its old value when thresholds.py changes.

@@ -19,8 +19,10 @@ import yaml
 
 from deploy.demo.cluster import Cluster
 from deploy.demo.processes import stop_group
-from poolscope.bridge.queries import FLEET_SERIES
-from tests.scale.stacks import (
+from harness.cluster import demo_cluster
+from harness.polling import eventually
+from harness.prometheus import Prometheus
+from harness.stacks import (
     FEDERATION,
     LOOKBACK_INTERVALS,
     Federation,
@@ -29,9 +31,7 @@ from tests.scale.stacks import (
     scheduler_bridge,
     victoria_metrics,
 )
-from tests.support.cluster import demo_cluster
-from tests.support.polling import eventually
-from tests.support.prometheus import Prometheus
+from poolscope.bridge.queries import FLEET_SERIES
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from harness.prometheus import REPO, binary
+from harness.stacks import FEDERATION, VICTORIA, rehost, vm_flags
 from poolscope.bridge.queries import FLEET_SERIES
 from tests.dashboards.panels import DASHBOARD_FILES, variable_queries
 from tests.dashboards.panels import load as load_dashboard
-from tests.scale.stacks import FEDERATION, VICTORIA, rehost, vm_flags
-from tests.support.prometheus import REPO, binary
 
 SINGLE = REPO / "deploy" / "prometheus" / "prometheus.yml"
 EXPORTER_JOBS = ("poolscope-instance", "poolscope-proxy")

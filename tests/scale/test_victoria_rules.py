@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
-from tests.scale.stacks import vm_flags
-from tests.support.polling import eventually
-from tests.support.prometheus import binary
+from harness.polling import eventually
+from harness.prometheus import binary
+from harness.stacks import vm_flags
 from tests.support.rules import every_rule
 
 pytestmark = pytest.mark.integration

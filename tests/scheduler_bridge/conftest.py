@@ -9,9 +9,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from harness.canned_prometheus import CannedPrometheus
 from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.app import create_app
-from tests.scheduler_bridge.canned import CannedPrometheus
 
 
 class FakeClock:

@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from harness.canned_prometheus import CannedPrometheus, pool_series
+from harness.prometheus import REPO, free_port
 from poolscope.scheduler_bridge.__main__ import main
 from poolscope.service.argtypes import parse_listen
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
-from tests.support.prometheus import REPO, free_port
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -6,12 +6,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from harness.canned_prometheus import CannedPrometheus, pool_series, series
+from harness.prometheus import free_port
 from poolscope.scheduler_bridge.client import BridgeError, SchedulerBridgeClient, parse_snapshot
 from poolscope.service.auth import Access
 from poolscope.service.web import Exposure
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series, series
 from tests.scheduler_bridge.conftest import FakeClock, MakeBridge
-from tests.support.prometheus import free_port
 
 
 async def test_snapshot_from_a_live_bridge(canned: CannedPrometheus, make_bridge: MakeBridge,

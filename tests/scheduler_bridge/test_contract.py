@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
+from harness.canned_prometheus import pool_series
 from poolscope.bridge.schema import pool_summary_schema
 from poolscope.bridge.summary import build_summaries, parse_value
 from poolscope.contract.fields import (
@@ -18,7 +19,6 @@ from poolscope.contract.fields import (
     SECTIONS,
 )
 from poolscope.scheduler_bridge import client
-from tests.scheduler_bridge.canned import pool_series
 
 PATHS = [*(f.path for f in FIELDS), DATA_QUALITY_PATH]
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
+from harness.canned_prometheus import Series, pool_series
 from poolscope.bridge import render
 from poolscope.bridge.local_view import LocalView
 from poolscope.bridge.pool_series import PoolSeries
@@ -28,7 +29,6 @@ from poolscope.exporters.proxy.report import REPORT_PATHS
 from poolscope.proxy_bridge import diagnosis
 from poolscope.scheduler_bridge import client
 from tests.proxy_bridge.pool_data import Inst, raw_series
-from tests.scheduler_bridge.canned import Series, pool_series
 
 CLIENT_FIELDS = Path(client.__file__).with_name("client_fields.py")
 PID = "p"

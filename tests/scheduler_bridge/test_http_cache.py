@@ -17,11 +17,11 @@ import orjson
 import pytest
 from multidict import CIMultiDictProxy
 
+from harness.canned_prometheus import CannedPrometheus, pool_series
 from poolscope.bridge import http_cache
 from poolscope.bridge.http_cache import accepts_gzip
 from poolscope.scheduler_bridge import app as scheduler_app
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge
 
 POOLS = "/debug/proxy_pool_resources"

@@ -13,14 +13,14 @@ from aiohttp.test_utils import TestServer
 from jsonschema import Draft202012Validator
 from prometheus_client import CollectorRegistry
 
-from bench.rollup_target import rollup_target
+from harness.canned_prometheus import pool_series, series
+from harness.polling import until
+from harness.prometheus import running_prometheus, scrape_config
+from harness.rollup_target import rollup_target
 from poolscope.bridge.app import Settings
 from poolscope.bridge.schema import pool_summary_schema
 from poolscope.scheduler_bridge.app import create_app
 from poolscope.scheduler_bridge.client import SchedulerBridgeClient
-from tests.scheduler_bridge.canned import pool_series, series
-from tests.support.polling import until
-from tests.support.prometheus import running_prometheus, scrape_config
 
 pytestmark = pytest.mark.integration
 

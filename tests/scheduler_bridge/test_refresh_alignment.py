@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.canned_prometheus import CannedPrometheus, pool_series
+from harness.polling import until
+from harness.prometheus import REPO
 from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.__main__ import build_parser
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge, aged
-from tests.support.polling import until
-from tests.support.prometheus import REPO
 
 POOLS = "/debug/proxy_pool_resources"
 INTERVAL_S = 5.0  # the rules' evaluation interval the bridge is told

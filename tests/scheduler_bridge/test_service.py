@@ -10,6 +10,9 @@ import weakref
 import pytest
 from jsonschema import Draft202012Validator
 
+from harness.canned_prometheus import CannedPrometheus, Series, pool_series, series
+from harness.polling import until
+from harness.prometheus import free_port
 from poolscope.bridge.app import CACHE
 from poolscope.bridge.cache import RETIRE_AFTER_S
 from poolscope.bridge.queries import EVALUATED_QUERY, FLEET_EVALUATED_QUERY, SNAPSHOT_QUERY
@@ -17,10 +20,7 @@ from poolscope.bridge.schema import pool_summary_schema
 from poolscope.contract.fields import DATA_QUALITY_PATH, FIELDS
 from poolscope.service.auth import Access
 from poolscope.service.web import Exposure
-from tests.scheduler_bridge.canned import CannedPrometheus, Series, pool_series, series
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge, aged
-from tests.support.polling import until
-from tests.support.prometheus import free_port
 
 POOLS = "/debug/proxy_pool_resources"
 # One selector, its positive name matcher inside proxy_pool: (and, for the last shard, a

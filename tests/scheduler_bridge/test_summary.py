@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from harness.canned_prometheus import Series, pool_series, series
 from poolscope.bridge.schema import pool_summary_schema
 from poolscope.bridge.summary import (
     Sample,
@@ -27,7 +28,6 @@ from poolscope.contract.fields import (
     Kind,
 )
 from poolscope.scheduler_bridge.client import parse_pool
-from tests.scheduler_bridge.canned import Series, pool_series, series
 
 T = 1_700_000_000.123
 

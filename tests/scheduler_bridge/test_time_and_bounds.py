@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.scheduler_bridge.canned import CannedPrometheus, pool_series
+from harness.canned_prometheus import CannedPrometheus, pool_series
+from harness.polling import until
 from tests.scheduler_bridge.conftest import Bridge, FakeClock, MakeBridge, aged
-from tests.support.polling import until
 
 POOLS = "/debug/proxy_pool_resources"
 # Far longer than any case may take: a request still waiting then waited for a timeout.

@@ -14,6 +14,8 @@ import aiohttp
 import orjson
 import pytest
 
+from harness.canned_prometheus import CannedPrometheus
+from harness.polling import until
 from poolscope.bridge.promapi import (
     AllBackendsFailed,
     BackendError,
@@ -33,9 +35,7 @@ from poolscope.bridge.trends import (
     Trends,
     read_trends,
 )
-from tests.scheduler_bridge.canned import CannedPrometheus
 from tests.scheduler_bridge.conftest import FakeClock, Serve
-from tests.support.polling import until
 
 # FakeClock's start, on the grid: the window is END - 900 .. END.
 END = 1_699_999_995.0

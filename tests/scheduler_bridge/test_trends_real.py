@@ -13,12 +13,12 @@ import aiohttp
 import pytest
 
 from deploy.demo.cluster import Pool
+from harness.polling import eventually
+from harness.prometheus import running_prometheus, scrape_config
+from harness.stacks import victoria_metrics
+from harness.static_http import serving
 from poolscope.bridge.promapi import PrometheusAPI
 from poolscope.bridge.trends import TREND_POINTS, TREND_STEP_S, Trends, read_trends
-from tests.scale.stacks import victoria_metrics
-from tests.support.polling import eventually
-from tests.support.prometheus import running_prometheus, scrape_config
-from tests.support.static_http import serving
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from harness.polling import until
 from poolscope.service import auth
 from poolscope.service.auth import OPEN_PATHS, Access
 from poolscope.service.middleware import guarded
-from tests.support.polling import until
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))
 

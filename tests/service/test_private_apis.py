@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from packaging.version import Version
 
+from harness.polling import until
 from poolscope.service.internals import (
     ACCEPT_FAILED,
     PRIVATE_NAMES,
@@ -28,7 +29,6 @@ from poolscope.service.internals import (
     idle_since,
 )
 from poolscope.service.tls import TlsSocket
-from tests.support.polling import until
 
 
 def installed(releases: Releases) -> tuple[int, ...]:

@@ -9,10 +9,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from harness.canned_prometheus import Series
 from poolscope.bridge.app import Settings
 from poolscope.scheduler_bridge.app import create_app
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
-from tests.scheduler_bridge.canned import Series
 from tests.status.fleet import Matrix
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from harness.canned_prometheus import RangeSeries, Series, series
 from poolscope.bridge.summary import build_summaries, parse_value
 from poolscope.bridge.trends import LOAD_RATIO_ROLLUP, SATURATION_ROLLUP, TREND_STEP_S
 from poolscope.contract.fields import FIELDS, GPU_FIELDS, Field, Kind
 from tests.proxy_bridge.pool_data import Inst
-from tests.scheduler_bridge.canned import RangeSeries, Series, series
 
 Matrix = list[RangeSeries]
 

@@ -26,12 +26,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from deploy.demo.sim_nvml import FakeGpu, FakeNvml
+from harness.prometheus import running_prometheus, scrape_config
 from poolscope.exporters.common.exposition import ScrapePage, metrics_handler
 from poolscope.exporters.instance.service import InstanceExporter, Settings
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.service.listener import HttpLimits, serving
 from tests.reliability.stack import InProcessExporter, Launcher, ThreadedLoop
-from tests.support.prometheus import running_prometheus, scrape_config
 
 H100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA L40S"
 GIB = 2**30

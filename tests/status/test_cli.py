@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from harness.prometheus import REPO, free_port
 from poolscope.scheduler_bridge.status.cli import main
 from poolscope.service.auth import Access
 from poolscope.service.web import Exposure
 from tests.status.conftest import MakeBridge
 from tests.status.fleet import H100, blind_pool, busy_pool
-from tests.support.prometheus import REPO, free_port
 
 
 async def status(*args: str, columns: int = 120) -> tuple[int, str, str]:

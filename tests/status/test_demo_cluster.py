@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import demo_cluster
-from tests.support.polling import eventually
-from tests.support.prometheus import REPO
+from harness.cluster import demo_cluster
+from harness.polling import eventually
+from harness.prometheus import REPO
 
 pytestmark = pytest.mark.integration
 

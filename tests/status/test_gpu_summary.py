@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
+from harness.canned_prometheus import Series, _selects, series
 from poolscope.bridge.queries import snapshot_queries
 from poolscope.bridge.schema import pool_summary_schema
 from poolscope.bridge.summary import build_snapshot, parse_value
 from poolscope.contract.fields import GPU_FIELDS, rollup_names
-from tests.scheduler_bridge.canned import Series, _selects, series
 from tests.status.fleet import GIB, H100, blind_pool, busy_pool, gpu_series, summaries
 
 

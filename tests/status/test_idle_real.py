@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from harness.polling import eventually
 from poolscope.scheduler_bridge.idle_instances import ROUTE
 from tests.reliability.stack import fetch_json
 from tests.status.idle_fleet import H100, L40S, IdleFleet, Member, PoolSpec, idle_fleet
 from tests.status.test_screenshot_files import IDLE_SHOT, IDLE_WINDOW
 from tests.status.test_screenshots import Tables, render
-from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from harness.canned_prometheus import Series, series
 from poolscope.bridge.summary import parse_value
 from poolscope.contract import catalog as c
 from poolscope.contract.thresholds import IDLE_S
@@ -19,7 +20,6 @@ from poolscope.scheduler_bridge.status.idle_view import (
 )
 from poolscope.scheduler_bridge.status.pool_view import InstanceGpus
 from tests.proxy_bridge.pool_data import Inst, raw_series
-from tests.scheduler_bridge.canned import Series, series
 from tests.status.fleet import GIB, H100, field_series, gpu_series
 from tests.status.test_view import view_of
 

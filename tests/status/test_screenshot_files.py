@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.prometheus import REPO
 from tests.support.chromium import png_size
-from tests.support.prometheus import REPO
 
 SCREENSHOTS = REPO / "docs" / "screenshots"
 STATES = ("healthy", "stale", "missing")

@@ -35,6 +35,8 @@ import pytest
 
 from dashboards import CONSOLE_PATH
 from deploy.demo.cluster import SIMULATED_MODELS, Cluster
+from harness.cluster import demo_cluster
+from harness.polling import eventually
 from poolscope.contract.thresholds import FRESH_S
 from poolscope.scheduler_bridge.status.model import UNKNOWN
 from poolscope.scheduler_bridge.status.pool_view import (
@@ -49,8 +51,6 @@ from tests.dashboards.test_console import MEASURED_CELLS, NO_DATA
 from tests.status.test_page import Elements
 from tests.status.test_screenshot_files import WINDOWS, screenshot
 from tests.support.chromium import chromium, png_size
-from tests.support.cluster import demo_cluster
-from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from harness.canned_prometheus import Series
 from poolscope.scheduler_bridge.client import BridgeSnapshot, parse_pool
 from poolscope.scheduler_bridge.status.model import FleetView, GpuModelView, build_view, percent
-from tests.scheduler_bridge.canned import Series
 from tests.status.fleet import GIB, H100, blind_pool, busy_pool, gpu_series, summaries
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.prometheus import free_port, serving
-from tests.support.static_http import serving_handler
+from harness.prometheus import free_port, serving
+from harness.static_http import serving_handler
 
 __all__ = ["EXAMPLE", "Alertmanager", "Delivery", "Webhook", "as_example", "delivering_to",
            "running_alertmanager", "webhook_receiver"]

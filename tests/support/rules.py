@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.prometheus import RULE_FILES
+from harness.prometheus import RULE_FILES
 
 FRESHNESS_RULE = "proxy_pool:instances_with_resource:count"
 

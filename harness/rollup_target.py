@@ -11,7 +11,7 @@ from itertools import groupby
 
 from aiohttp import web
 
-from tests.support.prometheus import free_port
+from harness.prometheus import free_port
 
 # One series: its labels (`__name__` included) and Prometheus' string form of its value.
 Series = tuple[dict[str, str], str]

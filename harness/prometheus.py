@@ -22,11 +22,11 @@ from typing import Any
 import yaml
 
 from deploy.demo.processes import ProcessGroup, port_or_free, stop_group, wait_ready
-from tests.support.polling import eventually
+from harness.polling import eventually
 
 __all__ = ["free_port", "running_prometheus", "scrape_config", "stop_group", "wait_http"]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 RULE_FILES = sorted((REPO / "rules").glob("*.yml"))
 
 

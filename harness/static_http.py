@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "engines"
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 
 

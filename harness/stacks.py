@@ -21,7 +21,7 @@ import yaml
 
 from deploy.demo.cluster import Pool, instance_targets, prometheus_binary
 from deploy.demo.processes import Child, ProcessGroup, port_or_free, wait_ready
-from tests.support.prometheus import REPO, RULE_FILES, binary
+from harness.prometheus import REPO, RULE_FILES, binary
 
 FEDERATION = REPO / "deploy" / "federation"
 VICTORIA = REPO / "deploy" / "victoriametrics"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gateways"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gateways"
 # The llm-d router's endpoint picker: its llm_d_epp_* names and the deprecated GIE
 # names beside them, with the same values.
 LLM_D = "llm_d_router_epp"

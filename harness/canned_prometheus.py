@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bench.rollup_target import Series, series
+from harness.rollup_target import Series, series
 from poolscope.bridge.queries import EVALUATED_QUERY, FLEET_EVALUATED_QUERY
 from poolscope.contract.fields import DATA_QUALITY_LABEL, DATA_QUALITY_ROLLUP, FIELDS, Kind
 
