@@ -33,6 +33,19 @@ its own Prometheus on the same fleet, timed over the same window, and the rule
 table puts their rules side by side.
 
     python -m bench.rules_eval --instances 1000 --rules /tmp/old-rules --rules rules
+
+A rule set with alerts (a file with an `alert:` rule; all its groups count as the
+alerts', the records the alerts alone read included) is timed beside its
+recording rules: after the window, Prometheus is reloaded with the recording
+files only for an equal window, then with none, so the alerts' CPU and
+allocation are the first difference and the recording rules' the second; group
+times are per 5 s (an alert group evaluating every 15 s costs a third of its
+evaluation time per 5 s). The alerts read some inputs over hours (ALERT_MEMORY_S),
+which a fresh Prometheus does not hold: --history 6h backfills that much of every
+series a rule reads over a window longer than the warm-up (bench.backfill), so
+the figure is the steady-state cost an operator pays.
+
+    python -m bench.rules_eval --instances 1000,4000 --history 6h --rules rules
 """
 
 from __future__ import annotations
@@ -54,6 +67,7 @@ from typing import Any
 import psutil
 import yaml
 
+from bench.backfill import HISTORY_FLAGS, backfill, duration_s, long_windows
 from bench.teardown import unwind_on_sigterm
 from harness.prometheus import (
     REPO,
@@ -116,13 +130,31 @@ class Result:
     box_busy: float = 0.0  # share of all cores busy over the window
     rules_cpu_s: float = 0.0  # Prometheus CPU seconds per interval the rules add
     rules_alloc_bytes: float = 0.0  # bytes per interval the rules make Prometheus allocate
+    pools: int = 0
+    history_s: float = 0.0  # history backfilled for the long windows (--history)
+    group_interval: dict[str, float] = field(default_factory=dict)  # group -> its interval, s
+    alert_groups: set[str] = field(default_factory=set)  # groups of the files with alerts
+    # With alerts: Prometheus CPU seconds and bytes per interval each part adds.
+    alerts_cpu_s: float = 0.0
+    alerts_alloc_bytes: float = 0.0
+    recording_cpu_s: float = 0.0
+    recording_alloc_bytes: float = 0.0
 
     def group_mean(self, group: str) -> float:
         return statistics.fmean(self.group_seconds[group])
 
+    def per_interval(self, group: str) -> float:
+        """A group's mean evaluation time per 5 s: one evaluating every 15 s costs a third."""
+        return self.group_mean(group) * INTERVAL_S / self.group_interval.get(group, INTERVAL_S)
+
+    def groups_seconds(self, alerts: bool) -> float:
+        """The alert groups' (or the other groups') evaluation time per 5 s."""
+        return sum(self.per_interval(g) for g in self.group_seconds
+                   if (g in self.alert_groups) == alerts)
+
     @property
     def total_seconds(self) -> float:
-        return sum(self.group_mean(g) for g in self.group_seconds)
+        return sum(self.per_interval(g) for g in self.group_seconds)
 
     @property
     def ratio(self) -> float:
@@ -160,6 +192,7 @@ def _sample_rules(prom: Prometheus, result: Result, seen: dict[str, str]) -> Non
         if seen.get(name) == group["lastEvaluation"]:
             continue
         seen[name] = group["lastEvaluation"]
+        result.group_interval[name] = float(group["interval"])
         result.group_seconds.setdefault(name, []).append(group["evaluationTime"])
         occurrences: dict[str, int] = {}
         for rule in group["rules"]:
@@ -171,21 +204,32 @@ def _sample_rules(prom: Prometheus, result: Result, seen: dict[str, str]) -> Non
             result.rule_seconds.setdefault(key, []).append(rule["evaluationTime"])
 
 
-def drop_rules(prom: Prometheus, *, scraping: bool = True) -> None:
-    """Reload Prometheus with no rule files, and with its scrape jobs or none."""
+def drop_rules(prom: Prometheus, *, scraping: bool = True, keep: Sequence[Path] = ()) -> None:
+    """Reload Prometheus with the rule files `keep` only, and with its scrape jobs or none."""
     path = prom.workdir / "prometheus.yml"
     config = yaml.safe_load(path.read_text())
-    config["rule_files"] = []
+    config["rule_files"] = [str(f) for f in keep]
     if not scraping:
         config["scrape_configs"] = []
     path.write_text(yaml.safe_dump(config))
     urllib.request.urlopen(urllib.request.Request(f"{prom.url}/-/reload", method="POST"),
                            timeout=60).close()
+    kept = {name for f in keep for name in group_names(f)}
     deadline = time.monotonic() + 60
-    while _get(f"{prom.url}/api/v1/rules")["data"]["groups"]:
+    while {g["name"] for g in _get(f"{prom.url}/api/v1/rules")["data"]["groups"]} != kept:
         if time.monotonic() > deadline:
-            raise TimeoutError("Prometheus kept its rules after a reload")
+            raise TimeoutError("Prometheus kept other rules after a reload")
         time.sleep(0.5)
+
+
+def group_names(path: Path) -> list[str]:
+    return [g["name"] for g in yaml.safe_load(path.read_text())["groups"]]
+
+
+def has_alerts(path: Path) -> bool:
+    """Whether a rule file holds an alert: then all its groups count as the alerts'."""
+    return any("alert" in r for g in yaml.safe_load(path.read_text())["groups"]
+               for r in g["rules"])
 
 
 def own_metric(url: str, name: str) -> float:
@@ -211,23 +255,36 @@ class WarmFleet:
 
 @contextlib.contextmanager
 def warm_fleet(instances: int, proxies: int, gpus: int, workdir: Path,
-               rule_sets: Sequence[RuleSet]) -> Iterator[WarmFleet]:
-    """Yield once every target is up and every rule has run over the full fleet; stop all after."""
+               rule_sets: Sequence[RuleSet], history_s: float = 0.0) -> Iterator[WarmFleet]:
+    """Yield once every target is up and every rule has run over the full fleet; stop all after.
+
+    With `history_s`, each Prometheus holds that much history of the series its rules
+    read over long windows (bench.backfill) before it is yielded.
+    """
     port = free_port()
     fleet = _fleet(instances, proxies, gpus, port)
+    tsdb: dict[str, Any] = ({"retention": f"{int(history_s) + 3600}s", "flags": HISTORY_FLAGS}
+                            if history_s else {})
     try:
         wait_http(f"http://127.0.0.1:{port}/targets", timeout=600)
         info = _get(f"http://127.0.0.1:{port}/targets")
         with contextlib.ExitStack() as stack:
             proms = [stack.enter_context(running_prometheus(
                 workdir / str(i), [_scrape_config(port, info["paths"])], rule_files=files,
-                evaluation_interval=f"{INTERVAL_S:g}s")) for i, (_, files) in enumerate(rule_sets)]
+                evaluation_interval=f"{INTERVAL_S:g}s", **tsdb))
+                for i, (_, files) in enumerate(rule_sets)]
             for prom in proms:
                 prom.wait_for(f'count(up == 1) == {len(info["paths"])}', timeout=600)
                 # Rates need two scrapes and the pool groups read the instance
                 # group's output: let every group see a full fleet before sampling.
                 # Asked of the raw series, so any rule set (--rules) can be timed.
                 prom.wait_for("rate(poolscope_proxy_requests_total[1m])", timeout=600)
+            if history_s:
+                time.sleep(2 * INTERVAL_S)  # every group has recorded what is backfilled
+                for prom, (name, files) in zip(proms, rule_sets, strict=True):
+                    written = backfill(prom, long_windows(files, INTERVAL_S, INTERVAL_S), history_s)
+                    print(f"{instances} Instances, {name}: {written:,} samples of history "
+                          "backfilled", file=sys.stderr, flush=True)
             time.sleep(3 * INTERVAL_S)
             yield WarmFleet(fleet, int(info["series"]), proms)
     finally:
@@ -235,7 +292,7 @@ def warm_fleet(instances: int, proxies: int, gpus: int, workdir: Path,
 
 
 def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: Path,
-            rule_sets: Sequence[RuleSet]) -> list[Result]:
+            rule_sets: Sequence[RuleSet], history_s: float = 0.0) -> list[Result]:
     """Run one fleet size until every target is up and rules are warm, then sample.
 
     Each rule set gets its own Prometheus, all scraping the one fleet and sampled
@@ -243,12 +300,14 @@ def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: 
     the next by more than a rule change saves, so two versions are only
     comparable when they are timed side by side.
     """
-    with warm_fleet(instances, proxies, gpus, workdir, rule_sets) as warm:
+    with warm_fleet(instances, proxies, gpus, workdir, rule_sets, history_s) as warm:
         proms = warm.proms
         fleet_usage = Usage(psutil.Process(warm.process.pid))
         usages = [Usage(psutil.Process(_pid(prom)), prom.url) for prom in proms]
-        results = [Result(instances, 0, warm.series, 0.0, rules=name)
-                   for name, _ in rule_sets]
+        results = [Result(instances, 0, warm.series, 0.0, rules=name, pools=proxies,
+                          history_s=history_s,
+                          alert_groups={g for f in files if has_alerts(f) for g in group_names(f)})
+                   for name, files in rule_sets]
         seen: list[dict[str, str]] = [{} for _ in proms]
         for prom, result, s in zip(proms, results, seen, strict=True):
             _sample_rules(prom, result, s)  # the evaluation in progress is not timed
@@ -278,18 +337,38 @@ def measure(instances: int, proxies: int, gpus: int, evaluations: int, workdir: 
             result.rss_gib = {"prometheus": u.rss_bytes / 2**30,
                               "fleet target": fleet_usage.rss_bytes / 2**30}
             result.series = int(own_metric(prom.url, "prometheus_tsdb_head_series"))
-            drop_rules(prom)
-        with_rules = [u.alloc_bytes for u in usages]
-        time.sleep(INTERVAL_S)
-        for u in usages:
-            u.begin()
-        time.sleep(window_s)
-        for result, u, allocated in zip(results, usages, with_rules, strict=True):
-            u.end()
-            scrape_only = u.cpu_s / window_s
-            result.rules_cpu_s = (result.cpu_cores["prometheus"] - scrape_only) * INTERVAL_S
-            result.rules_alloc_bytes = (allocated - u.alloc_bytes) / window_s * INTERVAL_S
+        with_rules = [(u.cpu_s, u.alloc_bytes) for u in usages]
+        recording_only = with_rules
+        if any(r.alert_groups for r in results):
+            recording_only = _window_with(proms, usages, window_s, [
+                [f for f in files if not has_alerts(f)] for _, files in rule_sets])
+        scrape_only = _window_with(proms, usages, window_s, [[] for _ in rule_sets])
+        for result, (cpu, alloc), (rec_cpu, rec_alloc), (none_cpu, none_alloc) in zip(
+                results, with_rules, recording_only, scrape_only, strict=True):
+            def per_interval(amount: float) -> float:
+                return amount / window_s * INTERVAL_S
+            result.rules_cpu_s = per_interval(cpu - none_cpu)
+            result.rules_alloc_bytes = per_interval(alloc - none_alloc)
+            result.recording_cpu_s = per_interval(rec_cpu - none_cpu)
+            result.recording_alloc_bytes = per_interval(rec_alloc - none_alloc)
+            result.alerts_cpu_s = per_interval(cpu - rec_cpu)
+            result.alerts_alloc_bytes = per_interval(alloc - rec_alloc)
     return results
+
+
+def _window_with(proms: Sequence[Prometheus], usages: Sequence[Usage], window_s: float,
+                 files: Sequence[Sequence[Path]]) -> list[tuple[float, float]]:
+    """Each Prometheus' CPU seconds and bytes allocated over `window_s` with these rule
+    files only (scraping unchanged), once every one has reloaded and settled an interval."""
+    for prom, keep in zip(proms, files, strict=True):
+        drop_rules(prom, keep=keep)
+    time.sleep(INTERVAL_S)
+    for u in usages:
+        u.begin()
+    time.sleep(window_s)
+    for u in usages:
+        u.end()
+    return [(u.cpu_s, u.alloc_bytes) for u in usages]
 
 
 def _pid(prom: Prometheus) -> int:
@@ -344,7 +423,40 @@ def rule_table(results: Sequence[Result], top: int = TOP_RULES) -> str:
     return "\n".join(rows)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def alerts_table(results: Sequence[Result]) -> str:
+    """The alert groups beside the recording rules, per 5 s: group time, CPU, allocation."""
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}x" if b > 0 else "-"
+    head = ["Instances", "pools", "rules", "history", "recording groups / 5 s",
+            "alert groups / 5 s", "ratio", "recording CPU / 5 s", "alerts CPU / 5 s", "ratio",
+            "recording alloc / 5 s", "alerts alloc / 5 s", "ratio"]
+    rows = [markdown_row(head), "|" + "---|" * len(head)]
+    for r in (r for r in results if r.alert_groups):
+        recording, alerts = r.groups_seconds(alerts=False), r.groups_seconds(alerts=True)
+        rows.append(markdown_row([
+            f"{r.instances:,}", f"{r.pools:,}", r.rules, f"{r.history_s / 3600:g} h",
+            f"{recording * 1000:.1f} ms", f"{alerts * 1000:.1f} ms", ratio(alerts, recording),
+            f"{r.recording_cpu_s * 1000:.0f} ms", f"{r.alerts_cpu_s * 1000:.0f} ms",
+            ratio(r.alerts_cpu_s, r.recording_cpu_s),
+            f"{r.recording_alloc_bytes / 2**20:.1f} MiB",
+            f"{r.alerts_alloc_bytes / 2**20:.1f} MiB",
+            ratio(r.alerts_alloc_bytes, r.recording_alloc_bytes)]))
+    return "\n".join(rows)
+
+
+def history(text: str) -> float:
+    """--history: a Prometheus duration (`6h`), in seconds."""
+    try:
+        seconds = duration_s(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("expected a duration over 0, like 6h")
+    return seconds
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The flags; a bad one exits 2 with one line naming it, before anything starts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", default="1000,4000,16000",
                         help="comma-separated fleet sizes")
@@ -352,14 +464,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rule evaluation intervals sampled per fleet size (mean reported)")
     parser.add_argument("--top-rules", type=int, default=TOP_RULES,
                         help="slowest rules listed per fleet size")
+    parser.add_argument("--history", type=history, default=0.0,
+                        help="backfill this much history (a Prometheus duration: 6h) of every "
+                        "series a rule reads over a long window, as a server up that long holds")
     add_fleet_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     rule_sets = chosen_rule_sets(args.rules)
     by_size: list[list[Result]] = []
     for n in (int(x) for x in args.instances.split(",")):
         with tempfile.TemporaryDirectory(prefix="poolscope-rules-eval-") as tmp:
             results = measure(n, max(1, n // args.instances_per_proxy), args.gpus_per_instance,
-                              args.evaluations, Path(tmp), rule_sets)
+                              args.evaluations, Path(tmp), rule_sets, args.history)
         for r in results:
             print(f"{n} Instances, {r.rules}: {r.total_seconds * 1000:.1f} ms ({r.ratio:.1%}), "
                   f"rules CPU {r.rules_cpu_s * 1000:.0f} ms per interval, "
@@ -368,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
         by_size.append(results)
     print(table([r for results in by_size for r in results]))
+    if any(r.alert_groups for results in by_size for r in results):
+        print()
+        print(alerts_table([r for results in by_size for r in results]))
     for results in by_size:
         print()
         print(rule_table(results, args.top_rules))

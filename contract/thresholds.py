@@ -103,6 +103,13 @@ keeps firing while the fault lasts instead of resolving once the input leaves th
 lookback; a fault older than this has been through a shift's hand-over, and the alert
 then resolves (its runbook says so). A window over pool series only: one per pool."""
 
+ALERT_MEMORY_INTERVAL_S = 60.0
+"""How often what those alerts remember of each pool (its registered members, its members
+counted, its data missing) is recorded, once a minute, for their ALERT_MEMORY_S windows to
+read: a window over the 5 s series themselves reads twelve times the samples at every
+evaluation (4,320 per pool and input; measured, docs/benchmarks.md). The alerts read the
+last minute from the series themselves, so each fires and resolves as it did."""
+
 ALERT_DEGRADED_S = 600.0
 """How long a pool may have alive members without fresh resource data (a data_quality
 of partial for a cause that is a fault) before its alert fires."""

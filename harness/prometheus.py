@@ -129,11 +129,14 @@ def serving(name: str, args: Sequence[str], workdir: Path,
 def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
                        rule_files: Sequence[Path] = RULE_FILES,
                        evaluation_interval: str = "1s", *, port: int | None = None,
-                       alertmanagers: Sequence[str] = ()) -> Iterator[Prometheus]:
+                       alertmanagers: Sequence[str] = (), retention: str = "1h",
+                       flags: Sequence[str] = ()) -> Iterator[Prometheus]:
     """Start Prometheus with these jobs and rules; stop its process group after.
 
     `port` when a job must scrape Prometheus itself (its address goes in the config
-    before it starts); `alertmanagers` (host:port) receive its alerts.
+    before it starts); `alertmanagers` (host:port) receive its alerts. `retention`
+    bounds what it keeps (a benchmark that backfills hours of history needs more than
+    the tests' hour); `flags` are passed on as they are.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {
@@ -151,7 +154,7 @@ def running_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
     with serving("prometheus", [
             f"--config.file={config_path}", f"--storage.tsdb.path={workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
-            "--storage.tsdb.retention.time=1h"],
+            f"--storage.tsdb.retention.time={retention}", *flags],
             workdir, f"{url}/-/ready") as proc:
         yield Prometheus(url, workdir, proc)
 

@@ -19,8 +19,9 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.demo import embedded_proxy
-from deploy.demo.engine_sim import SimulatedEngine, start
+from deploy.demo.engine_sim import start
 from deploy.demo.processes import ProcessGroup, port_or_free, wait_ready
+from deploy.demo.sim_app import SimulatedEngine
 from deploy.demo.sim_scheduler import EngineConfig
 from harness.polling import eventually
 

@@ -27,7 +27,9 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.demo import engine_sim, sim_registration
-from deploy.demo.engine_sim import SimulatedEngine, estimate_prompt_tokens, start
+from deploy.demo.engine_sim import start
+from deploy.demo.sim_app import SimulatedEngine
+from deploy.demo.sim_chat import estimate_prompt_tokens
 from deploy.demo.sim_registration import Registrar, RegistrationConfig
 from deploy.demo.sim_scheduler import EngineConfig
 from harness import polling

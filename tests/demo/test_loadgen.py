@@ -24,10 +24,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from deploy.demo import loadgen
-from deploy.demo.engine_sim import SimulatedEngine, start
+from deploy.demo.engine_sim import start
 from deploy.demo.load_arrivals import BurstSpec, arrival_times
 from deploy.demo.load_report import LoadReport, TargetReport, percentile
 from deploy.demo.loadgen import run_load
+from deploy.demo.sim_app import SimulatedEngine
 from deploy.demo.sim_scheduler import EngineConfig
 from harness.prometheus import free_port
 

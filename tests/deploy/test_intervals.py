@@ -15,6 +15,7 @@ import yaml
 
 from poolscope.contract.thresholds import (
     ALERT_INTERVAL_S,
+    ALERT_MEMORY_INTERVAL_S,
     ERROR_RATES_INTERVAL_S,
     SCRAPE_INTERVAL_S,
 )
@@ -43,12 +44,14 @@ def test_intervals_match_the_thresholds(config: Path) -> None:
 def test_the_prometheus_rule_evaluates_rollups_and_alerts_at_their_intervals() -> None:
     """The rollups at the scrape interval; the alert groups, whose windows are minutes, at
     ALERT_INTERVAL_S; the rates the burn-rate alerts average over hours, at
-    ERROR_RATES_INTERVAL_S."""
+    ERROR_RATES_INTERVAL_S; what the alerts remember of each pool for hours, at
+    ALERT_MEMORY_INTERVAL_S."""
     groups = yaml.safe_load(PROMETHEUS_RULE.read_text())["spec"]["groups"]
     for group in groups:
         alerts = any("alert" in r for r in group["rules"])
         expected = (ALERT_INTERVAL_S if alerts
                     else ERROR_RATES_INTERVAL_S if group["name"] == "poolscope.alerts.users.rates"
+                    else ALERT_MEMORY_INTERVAL_S if group["name"] == "poolscope.alerts.memory"
                     else SCRAPE_INTERVAL_S)
         assert _seconds(group["interval"]) == expected, group["name"]
     assert any("alert" in r for g in groups for r in g["rules"])

@@ -3,8 +3,8 @@
 A wheel is built from the checkout, offline (`--no-build-isolation`, with the
 setuptools the dev extras pin), and read back: nothing lands in site-packages beside
 `poolscope`, no module of the mapped folders is left out (a new subpackage forgotten
-in pyproject.toml would be), the JSON Schema travels with the code, and every console
-script names a function the wheel holds.
+in pyproject.toml would be), the JSON Schema and the status pages' templates travel with
+the code, and every console script names a function the wheel holds.
 """
 
 from __future__ import annotations
@@ -51,6 +51,14 @@ def test_every_module_of_the_mapped_folders_is_in_the_wheel(wheel: zipfile.ZipFi
                 if "__pycache__" not in p.parts}
     assert expected - set(wheel.namelist()) == set()
     assert "poolscope/bridge/schema/pool_summary.schema.json" in wheel.namelist()
+
+
+def test_the_status_pages_templates_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    # Package data, not modules: a bridge installed without them serves no status page.
+    templates = ROOT / "scheduler_bridge" / "status" / "templates"
+    expected = {f"poolscope/scheduler_bridge/status/templates/{p.name}"
+                for p in templates.iterdir()}
+    assert len(expected) > 1 and expected - set(wheel.namelist()) == set()
 
 
 def test_every_console_script_names_a_function_in_the_wheel(wheel: zipfile.ZipFile) -> None:

@@ -1,8 +1,8 @@
 """`/debug/pool_resource_sources` for the fields whose null has more causes than a
 member's host: the pool's resource freshness (null while the pool counts a member that
 serves no host sample age) and its network rates (null until each exporter's own minute
-window is covered). Each branch of `diagnosis.freshness` and `diagnosis.network` is
-driven by the series a running system would show."""
+window is covered). Each branch of `diagnosis_instance.freshness` and
+`diagnosis_instance.network` is driven by the series a running system would show."""
 
 from __future__ import annotations
 

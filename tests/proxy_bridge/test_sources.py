@@ -12,8 +12,10 @@ from poolscope.bridge.local_queries import LocalSamples
 from poolscope.bridge.local_view import LocalView
 from poolscope.contract import catalog as c
 from poolscope.contract.fields import DATA_QUALITY_PATH, FIELDS
-from poolscope.proxy_bridge import diagnosis
-from poolscope.proxy_bridge.diagnosis import CHECKS, FRESH_S, PROXY_SIDE
+from poolscope.contract.thresholds import FRESH_S
+from poolscope.proxy_bridge.diagnosis import CHECKS, PROXY_SIDE
+from poolscope.proxy_bridge.diagnosis_instance import gpu
+from poolscope.proxy_bridge.diagnosis_reason import Code
 from tests.proxy_bridge.conftest import PID, MakeBridge
 from tests.proxy_bridge.pool_data import CannedPool, Inst, raw_series
 from tests.support.rules import fresh_threshold_s
@@ -168,6 +170,6 @@ def test_a_driverless_host_is_diagnosed_by_its_unavailable_reason(reason: str) -
     and is not a failure."""
     raw = [(m, float(v)) for m, v in raw_series(PID, [Inst("i-1", no_driver=reason)])]
     view = LocalView.of(PID, LocalSamples(1_700_000_000.0, raw, [], []))
-    [found] = diagnosis.gpu(view, GPU_AVG)
-    assert (found.code, found.instances) == (diagnosis.Code.NO_GPU, ("i-1",))
+    [found] = gpu(view, GPU_AVG)
+    assert (found.code, found.instances) == (Code.NO_GPU, ("i-1",))
     assert f"reason={reason}" in found.detail and "neither failing nor idle" in found.detail

@@ -96,11 +96,12 @@ def test_a_changed_threshold_reaches_every_rule_and_leaves_no_old_copy() -> None
 def test_every_alert_window_comes_from_a_threshold() -> None:
     """Each alert's `for:` is one of the ALERT_* windows, and each window is some alert's
     (the Watchdog has none: it fires from the first evaluation). ALERT_MEMORY_S is no
-    `for:` but how long an expression remembers a vanished input."""
+    `for:` but how long an expression remembers a vanished input, ALERT_MEMORY_INTERVAL_S
+    how often what it remembers is recorded."""
     new = _sentinels()
     windows = {name: render.duration(float(new[name])) for name in new
                if name.startswith("ALERT_") and name.endswith("_S")
-               and name not in ("ALERT_INTERVAL_S", "ALERT_MEMORY_S")}
+               and name not in ("ALERT_INTERVAL_S", "ALERT_MEMORY_S", "ALERT_MEMORY_INTERVAL_S")}
     used = {r["for"] for r in _rules(render.render_rules(new))
             if "alert" in r and r["alert"] != "PoolscopeWatchdog"}
     assert used <= set(windows.values()), used - set(windows.values())

@@ -27,6 +27,7 @@ from poolscope.contract.fields import Classification, Field, Input, Kind
 from poolscope.exporters.proxy import ProxyExporter
 from poolscope.exporters.proxy.report import REPORT_PATHS
 from poolscope.proxy_bridge import diagnosis
+from poolscope.proxy_bridge.diagnosis_reason import Code
 from poolscope.scheduler_bridge import client
 from tests.proxy_bridge.pool_data import Inst, raw_series
 
@@ -165,11 +166,11 @@ def test_a_new_field_is_diagnosed_by_the_inputs_its_entry_names() -> None:
     assert {PREEMPTED.path, DRAINING.path} <= set(diagnosis.CHECKS)
     no_engine = _view(raw_series(PID, [Inst("i-1", engine=None)]))
     [reason] = diagnosis.null_reasons(no_engine, PREEMPTED.path)
-    assert (reason.code, reason.instances) == (diagnosis.Code.ENGINE_NOT_CONFIGURED, ("i-1",))
+    assert (reason.code, reason.instances) == (Code.ENGINE_NOT_CONFIGURED, ("i-1",))
     silent_proxy = _view(raw_series(PID, [Inst("i-1")], proxy_up=False))
     [reason] = diagnosis.null_reasons(silent_proxy, DRAINING.path)
-    assert reason.code == diagnosis.Code.PROXY_EXPORTER_DOWN
+    assert reason.code == Code.PROXY_EXPORTER_DOWN
     assert c.PROXY_COLLECTOR_SUCCESS.name in reason.detail
     # Its inputs measured, the field's own rollup is what is missing.
     [reason] = diagnosis.null_reasons(_view(raw_series(PID, [Inst("i-1")])), PREEMPTED.path)
-    assert reason.code == diagnosis.Code.ROLLUP_ABSENT and PREEMPTED.rollup in reason.detail
+    assert reason.code == Code.ROLLUP_ABSENT and PREEMPTED.rollup in reason.detail

@@ -105,9 +105,10 @@ SAMPLED_AT = "1800000000.125"  # a scrape's timestamp as Prometheus writes it (u
 SAMPLED = "proxy_pool:inflight_requests:timestamp"
 
 
-def test_inflight_sampled_at_is_the_scrape_time_unrounded_and_last_of_load() -> None:
+def test_inflight_sampled_at_is_the_scrape_time_unrounded_and_in_declared_order() -> None:
     """A unix time is a number like any other: not a count, not scaled, not rounded, and
-    appended to `load` (schema_version 1: the fields before it keep their order)."""
+    `load`'s fields keep the order they were declared in (schema_version 1: a field is
+    appended, the fields before it keep their order)."""
     vector = [*without(pool_series("p1", value="2", source="proxy_dispatch"), SAMPLED),
               series(SAMPLED, "p1", SAMPLED_AT, "proxy_dispatch")]
     for built in (samples(vector),
@@ -116,7 +117,9 @@ def test_inflight_sampled_at_is_the_scrape_time_unrounded_and_last_of_load() -> 
         load = snapshot.pools["p1"]["load"]
         assert load["inflight_sampled_at"] == 1_800_000_000.125
         assert type(load["inflight_sampled_at"]) is float
-        assert list(load)[-2:] == ["engine_waiting_total", "inflight_sampled_at"]
+        # In the order the fields are declared: a field added after it comes after it.
+        assert list(load) == [f.path.removeprefix("load.") for f in FIELDS
+                              if f.path.startswith("load.")]
         assert snapshot.readings["p1"]["load.inflight_sampled_at"].source == "proxy_dispatch"
         assert snapshot.rejected == {}
     served = orjson.loads(encode_json(snapshot.pools))["p1"]

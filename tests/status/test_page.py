@@ -1,4 +1,4 @@
-"""GET /status: the same view as HTML, from the JSON routes' snapshot, escaped."""
+"""GET /status: the same view as HTML, from the JSON routes' snapshot, autoescaped."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 
 from poolscope.bridge.queries import SNAPSHOT_QUERY
 from poolscope.scheduler_bridge.idle_instances import IDLE_QUERY
+from tests.proxy_bridge.pool_data import Inst
 from tests.status.conftest import MakeBridge
 from tests.status.fleet import HOSTILE_MODEL, HOSTILE_POOL, blind_pool, busy_pool, hostile_pool
 
@@ -56,14 +57,20 @@ async def test_the_page_uses_the_cached_snapshot_not_a_query_of_its_own(
         (SNAPSHOT_QUERY, IDLE_QUERY))
 
 
-async def test_hostile_labels_are_text_not_markup(make_bridge: MakeBridge) -> None:
-    bridge = await make_bridge([*busy_pool("busy"), *hostile_pool()])
-    html = await (await bridge.http.get("/status")).text()
-    page = Elements(html)
-    assert [tag for tag, _ in page.tags if tag in ("script", "img")] == []
-    assert HOSTILE_POOL in page.text and HOSTILE_MODEL in page.text
-    assert HOSTILE_POOL in page.attrs("data-pool") and HOSTILE_MODEL in page.attrs("data-model")
-    assert "onerror" not in {name for _, attrs in page.tags for name in attrs}
+async def test_hostile_labels_are_text_in_every_page(make_bridge: MakeBridge) -> None:
+    # A pool, a GPU model and an Instance (idle, so the fleet lists it) as a scrape
+    # target could name them: text and attribute values on each page, never markup.
+    evil = Inst(HOSTILE_POOL, idle_s=900.0, gpu_model=HOSTILE_MODEL)
+    bridge = await make_bridge([*busy_pool("busy"), *hostile_pool()], local={"busy": [evil]})
+    pages = {"/status": ("data-pool", "data-model", "data-instance"),
+             "/status/pools/busy": ("data-instance",)}
+    for path, attrs in pages.items():
+        page = Elements(await (await bridge.http.get(path)).text())
+        assert [tag for tag, _ in page.tags if tag in ("script", "img")] == [], path
+        assert "onerror" not in {name for _, a in page.tags for name in a}, path
+        assert HOSTILE_POOL in page.text and HOSTILE_MODEL in page.text, path
+        for attr in attrs:
+            assert {HOSTILE_POOL, HOSTILE_MODEL} & set(page.attrs(attr)), (path, attr)
 
 
 async def test_no_snapshot_is_a_503_page_that_says_why(make_bridge: MakeBridge) -> None:
