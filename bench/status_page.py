@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
+from markupsafe import Markup
 
 from bench.scheduler_bridge import fleet
 from harness.canned_prometheus import CannedPrometheus, RangeSeries
@@ -85,7 +86,8 @@ async def measure(pools: int, rounds: int) -> list[tuple[str, float, int | None]
             view = BridgeSnapshot(snap.generated_at, False, 0.0,
                                   {p: parse_pool(d) for p, d in snap.pools.items()})
             at = view.generated_at
-            plain, with_trends = (render_body(build_view(view, t), "", at) for t in (None, trends))
+            plain, with_trends = (render_body(build_view(view, t), Markup(), at)
+                                  for t in (None, trends))
             times: dict[str, list[float]] = {k: [] for k in (
                 "snapshot", "trends", "page", "page+trends, first in a step",
                 "page+trends, again in the step")}
@@ -93,12 +95,12 @@ async def measure(pools: int, rounds: int) -> list[tuple[str, float, int | None]
                 times["snapshot"].append(await timed(lambda: read_snapshot(
                     api.samples, at, evaluated=EVERY_POOL_EVALUATED)))
                 times["trends"].append(await timed(lambda: read_trends(api, at)))
-                times["page"].append(drawn(lambda: render_body(build_view(view), "", at)))
+                times["page"].append(drawn(lambda: render_body(build_view(view), Markup(), at)))
                 trend_svg.cache_clear()
                 times["page+trends, first in a step"].append(drawn(
-                    lambda: render_body(build_view(view, trends), "", at)))
+                    lambda: render_body(build_view(view, trends), Markup(), at)))
                 times["page+trends, again in the step"].append(drawn(
-                    lambda: render_body(build_view(view, trends), "", at)))
+                    lambda: render_body(build_view(view, trends), Markup(), at)))
     finally:
         await prom.close()
     sizes = {"page": len(plain.encode()), "page+trends, first in a step": len(with_trends.encode())}

@@ -105,10 +105,16 @@ then resolves (its runbook says so). A window over pool series only: one per poo
 
 ALERT_MEMORY_INTERVAL_S = 60.0
 """How often what those alerts remember of each pool (its registered members, its members
-counted, its data missing) is recorded, once a minute, for their ALERT_MEMORY_S windows to
-read: a window over the 5 s series themselves reads twelve times the samples at every
-evaluation (4,320 per pool and input; measured, docs/benchmarks.md). The alerts read the
-last minute from the series themselves, so each fires and resolves as it did."""
+counted, the members its Proxy forgot, its data missing) is recorded, once a minute, for
+their ALERT_MEMORY_S windows to read: a window over the 5 s series themselves reads twelve
+times the samples at every evaluation (4,320 per pool and input; measured,
+docs/benchmarks.md)."""
+
+ALERT_MEMORY_LIVE_S = 2 * ALERT_MEMORY_INTERVAL_S
+"""How far back those alerts read the series themselves, beside the records: two record
+intervals, so that while a minute's record is still being written (its group runs apart
+from the alerts) an input that vanished is still in this window, and no alert drops out
+for one evaluation between the two."""
 
 ALERT_DEGRADED_S = 600.0
 """How long a pool may have alive members without fresh resource data (a data_quality

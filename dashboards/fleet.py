@@ -8,7 +8,15 @@ disagree.
 from __future__ import annotations
 
 from dashboards.grafana import Json, Panel, Row, Target, dashboard
-from dashboards.queries import DATA_QUALITY, PLACE, POOL_ADMISSION, POOL_VARIABLE, POOLS, per_pool
+from dashboards.queries import (
+    DATA_QUALITY,
+    PLACE,
+    POOL_ADMISSION,
+    POOL_VARIABLE,
+    POOLS,
+    avg_and_max,
+    per_pool,
+)
 from poolscope.contract import thresholds
 
 
@@ -90,8 +98,7 @@ def fleet() -> Json:
         )),
         Row("Resources", collapsed=True, panels=(
             Panel("timeseries", "CPU", "Hosts with fresh samples only.",
-                  (per_pool("proxy_pool:cpu_utilization:avg", "{{proxy_id}} avg"),
-                   per_pool("proxy_pool:cpu_utilization:max", "{{proxy_id}} max")),
+                  avg_and_max("proxy_pool:cpu_utilization"),
                   unit="percentunit", ratio=True),
             Panel("timeseries", "Memory used", "Used / total over hosts with fresh samples.",
                   (per_pool("proxy_pool:memory_used:ratio"),), unit="percentunit",
@@ -102,13 +109,11 @@ def fleet() -> Json:
                   unit="Bps"),
             Panel("timeseries", "Resource freshness",
                   "Age of the host samples; the max shows one stuck collector first.",
-                  (per_pool("proxy_pool:resource_freshness_seconds:avg", "{{proxy_id}} avg"),
-                   per_pool("proxy_pool:resource_freshness_seconds:max", "{{proxy_id}} max")),
+                  avg_and_max("proxy_pool:resource_freshness_seconds"),
                   unit="s"),
             Panel("timeseries", "GPU utilization",
                   "Healthy GPUs only. No data without a healthy GPU: unhealthy is not free.",
-                  (per_pool("proxy_pool:gpu_utilization:avg", "{{proxy_id}} avg"),
-                   per_pool("proxy_pool:gpu_utilization:max", "{{proxy_id}} max")),
+                  avg_and_max("proxy_pool:gpu_utilization"),
                   unit="percentunit", ratio=True),
             Panel("timeseries", "GPU memory used", "Used / total over healthy GPUs.",
                   (per_pool("proxy_pool:gpu_memory_used:ratio"),), unit="percentunit",

@@ -38,6 +38,13 @@ def per_pool(metric: str, legend: str = "{{proxy_id}}") -> Target:
     return Target(sel(metric), legend)
 
 
+def avg_and_max(rollup: str) -> tuple[Target, Target]:
+    """A pool's mean over its members and its worst one: the max shows the one stuck or
+    hot member that the mean hides."""
+    return (per_pool(f"{rollup}:avg", "{{proxy_id}} avg"),
+            per_pool(f"{rollup}:max", "{{proxy_id}} max"))
+
+
 def quantiles(histogram: str, by: str, matchers: str, legend: str) -> tuple[Target, ...]:
     """p50/p95/p99 from a histogram; `>= 0` drops the NaN of a window with no
     observations, so an idle queue shows a gap instead of a made-up latency."""

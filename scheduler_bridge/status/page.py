@@ -109,11 +109,11 @@ def _page(status: int, refresh_s: int, title: str, message: str, *,
         **PAGE_HEADERS, "Cache-Control": "no-store", "Content-Type": HTML})
 
 
-def render_body(view: FleetView, idle_section: str, written_at: float,
+def render_body(view: FleetView, idle_section: Markup, written_at: float,
                 refresh_s: int = REFRESH_S) -> str:
     """The fleet page: the pools, what can be stopped (`idle_section`, the markup
     render_idle_section drew), the GPUs, from rollups the rules wrote at `written_at`."""
-    return _FLEET.render(view=view, idle_section=Markup(idle_section),
+    return _FLEET.render(view=view, idle_section=idle_section,
                          written_at=written_at, refresh_s=refresh_s)
 
 

@@ -97,11 +97,13 @@ def test_every_alert_window_comes_from_a_threshold() -> None:
     """Each alert's `for:` is one of the ALERT_* windows, and each window is some alert's
     (the Watchdog has none: it fires from the first evaluation). ALERT_MEMORY_S is no
     `for:` but how long an expression remembers a vanished input, ALERT_MEMORY_INTERVAL_S
-    how often what it remembers is recorded."""
+    how often what it remembers is recorded, ALERT_MEMORY_LIVE_S how far back it reads the
+    input itself."""
     new = _sentinels()
     windows = {name: render.duration(float(new[name])) for name in new
                if name.startswith("ALERT_") and name.endswith("_S")
-               and name not in ("ALERT_INTERVAL_S", "ALERT_MEMORY_S", "ALERT_MEMORY_INTERVAL_S")}
+               and name not in ("ALERT_INTERVAL_S", "ALERT_MEMORY_S", "ALERT_MEMORY_INTERVAL_S",
+                                "ALERT_MEMORY_LIVE_S")}
     used = {r["for"] for r in _rules(render.render_rules(new))
             if "alert" in r and r["alert"] != "PoolscopeWatchdog"}
     assert used <= set(windows.values()), used - set(windows.values())

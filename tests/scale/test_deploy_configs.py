@@ -85,7 +85,8 @@ def test_global_federates_only_pool_rollups_and_runs_no_rules() -> None:
     (job,) = config["scrape_configs"]
     assert job["metrics_path"] == "/federate"
     assert job["params"] == {"match[]": [
-        '{__name__=~"proxy_pool:.+"}', f'{{__name__="{FLEET_SERIES}"}}']}
+        '{__name__=~"proxy_pool:.+",__name__!~"proxy_pool:.+:(last1m|max1m|rate5m)"}',
+        f'{{__name__="{FLEET_SERIES}"}}']}
     assert job["honor_labels"] is True
 
 
