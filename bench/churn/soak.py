@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.backfill import duration_s
 from bench.churn.fleet import ChurnFleet, MemberFlags
 from bench.churn.models import RouterModels
 from bench.churn.probe import ANSWER, FORGOTTEN, HEAD_SERIES, Sample, Watched, sample
@@ -40,8 +41,7 @@ from harness.stacks import start_prometheus
 from poolscope.contract.thresholds import MEMBER_MEMORY
 
 CHURN_POOL_INSTANCES = 2  # members of each short-lived pool
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-MEMBER_MEMORY_S = float(MEMBER_MEMORY[:-1]) * _UNITS[MEMBER_MEMORY[-1]]
+MEMBER_MEMORY_S = duration_s(MEMBER_MEMORY)
 
 
 @dataclass(frozen=True)
